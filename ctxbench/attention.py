@@ -1,0 +1,202 @@
+"""Attention-level methods: log-n scaling, ReRoPE, leaky ReRoPE and Self-Extend.
+
+How they plug in: while one of these methods is applied, the model's rotary modules return the
+identity rotation (cos = 1, sin = 0), so queries and keys reach the attention function — and
+the KV cache — unrotated. :func:`ctxbench_attention`, registered with transformers'
+``AttentionInterface`` as ``"ctxbench"``, rotates them itself with the positions each method
+prescribes. Keys sit at positions ``0..kv-1`` and the ``q`` queries at the last ``q`` of them
+(one unpadded sequence per batch row, as every ctxbench task feeds).
+
+Memory stays linear in length: queries are processed in blocks, and a block's score matrix
+is at most ``heads x block x keys`` (about 128 MB in fp32), never ``heads x n x n``.
+
+Relative position ``p = i - j`` of query ``i`` and key ``j``; window ``w``; trained length ``L``:
+
+* ``rerope``       (Su 2023):    ``p`` if ``p < w`` else ``w``
+* ``leaky-rerope`` (Su 2023):    ``p`` if ``p < w`` else ``w + (p - w) / k``
+* ``self-extend``  (Jin et al. 2024, arXiv 2401.01325): ``p`` if ``p < w`` else
+  ``(i // G + w - w // G) - j // G`` (the grouped query is shifted so both parts meet at ``w``)
+* ``logn``: the query at 1-based position ``m > L`` is multiplied by ``log_L(m)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+from .errors import UserError
+from .geometry import RopeGeometry
+
+NAME = "ctxbench"
+# Elements of one fp32 score block (heads x block x keys): 2**25 floats = 128 MB.
+SCORE_BUDGET = 2**25
+
+
+def attention_defaults(name: str, params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """Fill the parameters derived from ``L`` and ``s``.
+
+    Default window ``w = L/4``: the neighbours keep exact positions over a quarter of the trained
+    context, leaving three quarters of the trained position range for the compressed far part.
+    The default ``k`` (leaky) and ``G`` (self-extend) are the smallest that keep the largest
+    position the model sees at ``s*L`` tokens within ``L``: ``(s*L - w) / (L - w)``.
+    """
+    L = geom.trained_len
+    out = dict(params)
+    if name in ("rerope", "leaky-rerope", "self-extend"):
+        if out.get("window") is None:
+            out["window"] = max(1, L // 4)
+        window = int(out["window"])
+        if window <= 0:
+            raise UserError(f"{name} window {window} must be >= 1", f"pass --param window=N with 1 <= N < {L}")
+        out["window"] = window
+        needed = max(1.0, (factor * L - window) / max(1, L - window))
+        if name == "leaky-rerope" and out.get("k") is None:
+            out["k"] = needed
+        if name == "leaky-rerope" and not float(out["k"]) >= 1:
+            raise UserError(f"leaky-rerope k={out['k']} must be >= 1", "pass --param k=2 (slope 1/k beyond the window)")
+        if name == "self-extend" and out.get("group") is None:
+            out["group"] = int(math.ceil(needed))
+        if name == "self-extend" and (int(out["group"]) != out["group"] or int(out["group"]) < 1):
+            raise UserError(f"self-extend group {out['group']} must be a whole number >= 1", "pass --param group=4")
+        if name == "self-extend":
+            out["group"] = int(out["group"])
+        if name == "leaky-rerope":
+            out["k"] = float(out["k"])
+    return out
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """What :func:`ctxbench_attention` needs: the method, its frequencies and parameters."""
+
+    kind: str  # logn | rerope | leaky-rerope | self-extend
+    inv_freq: torch.Tensor  # (d/2,) float32
+    scale: float  # multiplies cos and sin
+    rotary_dim: int
+    trained_len: int
+    window: int = 0
+    k: float = 1.0
+    group: int = 1
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, scale: float, rotary_dim: int) -> torch.Tensor:
+    """RoPE as transformers applies it: the first ``rotary_dim`` dims of ``x`` (batch, heads, seq, dim)
+    turned by ``positions`` (seq,) times ``inv_freq``, cos and sin multiplied by ``scale``."""
+    freqs = positions[:, None].float() * inv_freq.to(device=x.device, dtype=torch.float)  # (seq, d/2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos = (emb.cos() * scale).to(x.dtype)
+    sin = (emb.sin() * scale).to(x.dtype)
+    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    rot = rot * cos + _rotate_half(rot) * sin
+    return torch.cat((rot, rest), dim=-1) if rest.shape[-1] else rot
+
+
+def _block_size(heads: int, keys: int) -> int:
+    return max(16, min(4096, SCORE_BUDGET // max(1, heads * keys)))
+
+
+def _grouped(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(b, h, n, d) -> (b, kv_heads, h/kv_heads, n, d) so one key head serves its query group."""
+    b, h, n, d = q.shape
+    return q.view(b, kv_heads, h // kv_heads, n, d)
+
+
+def _logn_attention(plan, q, k, v, scaling, q_pos, k_pos):
+    """Rotate normally, multiply query ``m`` (1-based) by ``log_L(m)`` when ``m > L``, then SDPA."""
+    qr = rotate(q, q_pos, plan.inv_freq, plan.scale, plan.rotary_dim)
+    kr = rotate(k, k_pos, plan.inv_freq, plan.scale, plan.rotary_dim)
+    m = (q_pos + 1).float()
+    factor = torch.where(m > plan.trained_len, torch.log(m) / math.log(plan.trained_len), torch.ones_like(m))
+    qr = qr * factor.to(qr.dtype)[None, None, :, None]
+    gqa = q.shape[1] != k.shape[1]
+    n_q, n_k = q.shape[2], k.shape[2]
+    if n_q == n_k:
+        return F.scaled_dot_product_attention(qr, kr, v, is_causal=True, scale=scaling, enable_gqa=gqa)
+    out = []
+    step = _block_size(q.shape[1], n_k)
+    for a in range(0, n_q, step):
+        pos = q_pos[a : a + step]
+        last = int(pos[-1]) + 1
+        mask = k_pos[None, :last] <= pos[:, None]  # (block, keys) causal with offset
+        out.append(
+            F.scaled_dot_product_attention(
+                qr[:, :, a : a + step], kr[:, :, :last], v[:, :, :last], attn_mask=mask, scale=scaling, enable_gqa=gqa
+            )
+        )
+    return torch.cat(out, dim=2)
+
+
+def _two_branch_attention(plan, q, k, v, scaling, q_pos, k_pos):
+    """Near keys (``i - j < w``) scored with exact RoPE, far keys with the method's mapped positions.
+
+    Per query block, scores are computed only for the key range each branch can reach, merged
+    into one (b, kv_heads, group, block, keys) fp32 matrix, soft-maxed and applied to ``v``.
+    """
+    b, h, n_q, d = q.shape
+    kv_heads = k.shape[1]
+    w = plan.window
+    inv, scale, rd = plan.inv_freq, plan.scale, plan.rotary_dim
+    near_q = rotate(q, q_pos, inv, scale, rd)  # (b, h, n_q, d)
+    near_k = rotate(k, k_pos, inv, scale, rd)  # (b, kv, n_k, d)
+    if plan.kind == "rerope":
+        far_q = rotate(q, torch.full_like(q_pos, w), inv, scale, rd)
+        far_k = rotate(k, torch.zeros_like(k_pos), inv, scale, rd)
+    elif plan.kind == "leaky-rerope":
+        # angle theta/k * ((i + w*(k-1)) - j) = theta * (w + (i - j - w)/k)
+        slow = inv / plan.k
+        far_q = rotate(q, q_pos.double() + w * (plan.k - 1), slow, scale, rd)
+        far_k = rotate(k, k_pos, slow, scale, rd)
+    else:  # self-extend
+        g = plan.group
+        far_q = rotate(q, q_pos // g + w - w // g, inv, scale, rd)
+        far_k = rotate(k, k_pos // g, inv, scale, rd)
+    near_q, far_q = _grouped(near_q, kv_heads), _grouped(far_q, kv_heads)  # (b, kv, g, n_q, d)
+    near_k, far_k, vg = near_k[:, :, None], far_k[:, :, None], v[:, :, None]  # (b, kv, 1, n_k, d)
+    out = torch.empty(b, kv_heads, h // kv_heads, n_q, v.shape[-1], dtype=v.dtype, device=v.device)
+    step = _block_size(h, k.shape[2])
+    for a in range(0, n_q, step):
+        pos = q_pos[a : a + step]  # (B,)
+        first, last = int(pos[0]), int(pos[-1])
+        keys = last + 1
+        rel = pos[:, None] - k_pos[None, :keys]  # (B, keys)
+        scores = torch.full((b, kv_heads, h // kv_heads, len(pos), keys), float("-inf"), dtype=torch.float32, device=q.device)
+        near_lo = max(0, first - w + 1)  # keys some query of the block sees as near
+        far_hi = max(0, last - w + 1)  # keys some query of the block sees as far
+        if far_hi > 0:
+            s_far = torch.matmul(far_q[:, :, :, a : a + step].float(), far_k[:, :, :, :far_hi].float().transpose(-1, -2))
+            scores[..., :far_hi] = torch.where(rel[:, :far_hi] >= w, s_far, scores[..., :far_hi])
+        s_near = torch.matmul(near_q[:, :, :, a : a + step].float(), near_k[:, :, :, near_lo:keys].float().transpose(-1, -2))
+        r = rel[:, near_lo:keys]
+        scores[..., near_lo:keys] = torch.where((r >= 0) & (r < w), s_near, scores[..., near_lo:keys])
+        probs = torch.softmax(scores * scaling, dim=-1)  # (b, kv, g, B, keys)
+        out[:, :, :, a : a + step] = torch.matmul(probs.to(v.dtype), vg[:, :, :, :keys])
+    return out.view(b, h, n_q, -1)
+
+
+def ctxbench_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers attention function: (b, h, q, d) inputs -> ((b, q, h, d) output, None)."""
+    plan: AttentionPlan | None = getattr(module, "_ctxbench_plan", None)
+    if plan is None:
+        raise RuntimeError("ctxbench attention called on a module without a plan; apply a method with patching.applied")
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    n_q, n_k = query.shape[2], key.shape[2]
+    k_pos = torch.arange(n_k, device=query.device)
+    q_pos = k_pos[n_k - n_q :]
+    if plan.kind == "logn":
+        out = _logn_attention(plan, query, key, value, scaling, q_pos, k_pos)
+    else:
+        out = _two_branch_attention(plan, query, key, value, scaling, q_pos, k_pos)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(NAME, ctxbench_attention)

@@ -1,0 +1,106 @@
+"""Apply a scaling method to a loaded model in place, and restore it.
+
+``with applied(model, geom, setting, factor, seq_len): ...`` writes the method's inverse
+frequencies and attention scale into every rotary module (Llama, Mistral, Qwen2/3, Phi-3,
+GPT-NeoX, ... all keep an ``inv_freq`` buffer and an ``attention_scaling`` attribute) and puts
+the originals back on exit, so one loaded model serves a whole grid with no state leaking
+between cells.
+
+Dynamic methods get ``seq_len`` — the length of the whole sequence of the call (prompt plus new
+tokens when generating) — once, so every key in the cache is rotated with the same frequencies.
+transformers' own per-step dynamic update is switched off while a method is applied (the rotary
+module's ``rope_type`` reads ``default``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from .attention import NAME as ATTENTION_NAME
+from .attention import AttentionPlan
+from .errors import UserError
+from .geometry import RopeGeometry
+from .methods import MethodSetting, effective_params, frequencies
+
+
+def rotary_modules(model: nn.Module) -> list[nn.Module]:
+    """Every module holding an ``inv_freq`` tensor (one per model in v5, one per layer in older code)."""
+    found = [m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)]
+    if not found:
+        raise UserError(
+            f"{type(model).__name__} has no rotary embedding module",
+            "ctxbench evaluates RoPE models (Llama, Mistral, Qwen, Phi-3, GPT-NeoX, SmolLM2, ...)",
+        )
+    return found
+
+
+def attention_modules(model: nn.Module) -> list[nn.Module]:
+    """Self-attention modules: the ones transformers calls the attention interface from."""
+    return [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "scaling") and hasattr(m, "config")]
+
+
+@contextmanager
+def applied(
+    model: nn.Module, geom: RopeGeometry, setting: MethodSetting, factor: float, seq_len: int
+) -> Iterator[tuple[torch.Tensor, float]]:
+    """Apply ``setting`` at ``factor`` for sequences of ``seq_len`` tokens; yields (inv_freq, scale)."""
+    inv_freq, scale = frequencies(setting, geom, factor, seq_len)
+    rotaries = rotary_modules(model)
+    saved = [(m, m.inv_freq, getattr(m, "attention_scaling", None), getattr(m, "rope_type", None)) for m in rotaries]
+    attn_saved: list[nn.Module] = []
+    impl = getattr(model.config, "_attn_implementation", None)
+    try:
+        for module, original, _, _ in saved:
+            if original.shape != inv_freq.shape:
+                raise UserError(
+                    f"the model's rotary module has {original.shape[-1]} frequencies, the method computed {inv_freq.shape[-1]}",
+                    "this model's RoPE layout is not supported (per-layer or proportional RoPE)",
+                )
+            if scale != 1.0 and not hasattr(module, "attention_scaling"):
+                raise UserError(
+                    f"{type(module).__name__} cannot scale attention, which method '{setting.name}' needs",
+                    "pick a method without attention scaling (e.g. ntk, linear) or a newer transformers",
+                )
+            identity = setting.attention is not None  # the attention function rotates q and k itself
+            module.inv_freq = (torch.zeros_like(inv_freq) if identity else inv_freq).to(original.device)
+            if hasattr(module, "attention_scaling"):
+                module.attention_scaling = 1.0 if identity else scale
+            if isinstance(getattr(module, "rope_type", None), str):
+                module.rope_type = "default"  # keep transformers' dynamic update from rewriting our buffer
+        if setting.attention is not None:
+            params = effective_params(setting, geom, factor)
+            plan = AttentionPlan(
+                kind=setting.attention.name,
+                inv_freq=inv_freq,
+                scale=scale,
+                rotary_dim=geom.rotary_dim,
+                trained_len=geom.trained_len,
+                window=int(params.get("window") or 0),
+                k=float(params.get("k") or 1.0),
+                group=int(params.get("group") or 1),
+            )
+            for module in attention_modules(model):
+                module._ctxbench_plan = plan
+                attn_saved.append(module)
+            if not attn_saved:
+                raise UserError(
+                    f"{type(model).__name__} has no attention module ctxbench can drive",
+                    "attention-level methods need a transformers model that uses the AttentionInterface",
+                )
+            model.set_attn_implementation(ATTENTION_NAME)
+        yield inv_freq, scale
+    finally:
+        for module, original, scaling, rope_type in saved:
+            module.inv_freq = original
+            if scaling is not None:
+                module.attention_scaling = scaling
+            if rope_type is not None:
+                module.rope_type = rope_type
+        for module in attn_saved:
+            del module._ctxbench_plan
+        if attn_saved and impl is not None:
+            model.set_attn_implementation(impl)
