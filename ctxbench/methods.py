@@ -226,7 +226,7 @@ def theta_freqs(geom: RopeGeometry, factor: float, seq_len: int, theta: float | 
     return _inv_freq(theta, geom), 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # registry entries are singletons: identity equality and hash
 class Method:
     """One registry entry: the pure function and what ``ctxbench methods`` shows about it."""
 
@@ -360,7 +360,7 @@ def resolve(spec: str, params: dict | None = None) -> MethodSetting:
                 f"unknown parameter '{key}' for method '{spec}'",
                 (f"did you mean '{guess}'? " if guess else "") + f"its parameters are: {known}",
             )
-    merged = {**defaults, **params}
+    merged = {k: tuple(v) if isinstance(v, list) else v for k, v in {**defaults, **params}.items()}
     for key in ("window",):
         if merged.get(key) is not None and isinstance(merged[key], str):
             merged[key] = parse_length(merged[key])

@@ -1,0 +1,266 @@
+"""The ``ctxbench`` command line: parses values and calls the API; no logic of its own.
+
+User errors print one line ``error: <what> — <how to fix>`` on stderr and exit 2; bugs keep
+their traceback and exit 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from .errors import UserError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+    help="Measure what RoPE context-extension methods do to perplexity and retrieval at each length.",
+)
+console = Console()
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+# Options shared by the task commands.
+MODEL = typer.Option("smollm2-135m", "--model", "-m", help="hub id, local dir, .gguf file or alias (smollm2-135m)")
+METHOD = typer.Option("none", "--method", help="comma list of methods, e.g. none,ntk,yarn or ntk+logn (see `ctxbench methods`)")
+FACTOR = typer.Option("2", "--factor", "-f", help="comma list of scale factors >= 1")
+PARAM = typer.Option(None, "--param", "-p", help="method parameter key=value (repeatable), e.g. beta_fast=16")
+DEVICE = typer.Option("auto", "--device", help="auto | cpu | cuda")
+DTYPE = typer.Option("auto", "--dtype", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+ATTN = typer.Option("sdpa", "--attn", help="attention kernel: sdpa | flash_attention_2 | eager")
+SEED = typer.Option(0, "--seed", help="random seed (passkey keys, sampling of anything random)")
+RESUME = typer.Option(True, "--resume/--no-resume", help="skip cells already in --out (default) or start the file afresh")
+TRUST = typer.Option(False, "--trust-remote-code", help="allow a hub model's own code to run (off by default)")
+DEVICE_MAP = typer.Option(None, "--device-map", help="accelerate device map, e.g. auto, to spread a big model over GPUs")
+QUANT = typer.Option(None, "--quantization", help="8bit | 4bit (needs bitsandbytes and a GPU)")
+
+
+def _model_config(model, device, dtype, attn, trust, device_map, quantization):
+    from .runner import ModelConfig
+
+    return ModelConfig(model=model, device=device, dtype=dtype, attn=attn, trust_remote_code=trust,
+                       device_map=device_map, quantization=quantization)
+
+
+def _execute(task: str, model_config, settings, out: str, resume: bool, seed: int) -> None:
+    """Load once, run the grid with a progress bar, print the summary tables."""
+    from .display import progress, summary_tables
+    from .results import check_writable
+    from .runner import run_task
+
+    check_writable(out)
+    with console.status(f"loading {model_config.model} ..."):
+        lm = model_config.load()
+    bar = progress(console)
+    state = {}
+
+    def on_start(todo: int, skipped: int) -> None:
+        if skipped:
+            console.print(f"[dim]{skipped} cell(s) already in {out}: skipped (use --no-resume to redo)[/]")
+        state["task"] = bar.add_task(task, total=todo)
+        bar.start()
+
+    def on_cell(cell, rows) -> None:
+        bar.update(state["task"], advance=1, description=f"{task}: {cell.label()}")
+
+    try:
+        result = run_task(lm, task, settings, out=out, resume=resume, seed=seed, on_start=on_start, on_cell=on_cell)
+    finally:
+        bar.stop()
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    for table in summary_tables(result.records, lm.geometry.trained_len):
+        console.print(table)
+    console.print(f"[dim]{result.ran} cell(s) run, {result.skipped} resumed, {result.failed} failed -> {out}[/]")
+
+
+@app.command()
+def ppl(
+    model: str = MODEL,
+    method: str = METHOD,
+    factor: str = FACTOR,
+    length: Optional[str] = typer.Option(None, "--len", "-l", help="comma list of lengths (16k = 16384); default L/2,L,2L,4L"),
+    stride: Optional[str] = typer.Option(None, "--stride", help="window stride (default = length: one window per document)"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus"),
+    split: str = typer.Option("test", "--split", help="dataset split"),
+    text_column: str = typer.Option("text", "--text-column", help="column holding the text"),
+    docs: int = typer.Option(4, "--docs", help="documents per length (the first ones long enough)"),
+    out: str = typer.Option("ctxbench-ppl.csv", "--out", "-o", help="results CSV (appended; finished cells are skipped)"),
+    param: Optional[list[str]] = PARAM,
+    seed: int = SEED,
+    resume: bool = RESUME,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attn: str = ATTN,
+    trust_remote_code: bool = TRUST,
+    device_map: Optional[str] = DEVICE_MAP,
+    quantization: Optional[str] = QUANT,
+) -> None:
+    """Sliding-window perplexity over methods x factors x lengths."""
+    from .api import build_settings
+    from .parsing import parse_length, parse_params
+
+    settings = build_settings(
+        "ppl", method, factor, length, parse_params(param), stride=parse_length(stride) if stride else None,
+        dataset=dataset, split=split, text_column=text_column, docs=docs,
+    )
+    from .tasks.ppl import check_settings
+
+    check_settings(settings)
+    _execute("ppl", _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), settings, out, resume, seed)
+
+
+@app.command()
+def passkey(
+    model: str = MODEL,
+    method: str = METHOD,
+    factor: str = FACTOR,
+    length: str = typer.Option("4k,8k,16k", "--len", "-l", help="comma list of prompt lengths in tokens"),
+    depths: Optional[int] = typer.Option(None, "--depths", help="N evenly spaced depths in [0, 1] (default 5)"),
+    depth: Optional[str] = typer.Option(None, "--depth", help="explicit comma list of depths in [0, 1]"),
+    trials: int = typer.Option(2, "--trials", help="trials (random keys) per length and depth"),
+    digits: int = typer.Option(5, "--digits", help="digits of the pass key"),
+    chat: bool = typer.Option(False, "--chat/--raw", help="wrap the prompt in the model's chat template"),
+    out: str = typer.Option("ctxbench-passkey.csv", "--out", "-o", help="results CSV (appended; finished cells are skipped)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="directory for a heatmap PNG per method"),
+    param: Optional[list[str]] = PARAM,
+    seed: int = SEED,
+    resume: bool = RESUME,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    attn: str = ATTN,
+    trust_remote_code: bool = TRUST,
+    device_map: Optional[str] = DEVICE_MAP,
+    quantization: Optional[str] = QUANT,
+) -> None:
+    """Passkey retrieval over lengths x depths x methods."""
+    from .api import build_settings
+    from .parsing import parse_params
+    from .tasks.passkey import parse_depths
+
+    settings = build_settings(
+        "passkey", method, factor, length, parse_params(param), depths=parse_depths(depths, depth),
+        trials=trials, digits=digits, seed=seed, chat=chat,
+    )
+    if plot:
+        _check_plot_dir(plot)
+    _execute("passkey", _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), settings, out, resume, seed)
+    if plot:
+        from .report import write_plots
+        from .results import read_records
+
+        for path in write_plots(read_records(out), plot):
+            console.print(f"plot: {path}")
+
+
+def _check_plot_dir(path: str) -> None:
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UserError(f"--plot '{path}' is a file", "give a directory for the PNGs")
+
+
+@app.command()
+def methods() -> None:
+    """Every scaling method: parameters with defaults, formula and paper."""
+    from rich.table import Table
+
+    from .methods import ALIASES, METHODS
+
+    table = Table(title="RoPE scaling methods (combine one frequency method with one attention method: ntk+logn)")
+    for col in ("method", "kind", "parameters (defaults)", "formula", "source"):
+        table.add_column(col, overflow="fold")
+    aliases = {}
+    for alias, name in ALIASES.items():
+        aliases.setdefault(name, []).append(alias)
+    for name, m in METHODS.items():
+        params = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in m.params.items()) or "—"
+        label = name + (f" ({', '.join(aliases[name])})" if name in aliases else "")
+        kind = "attention" if m.attention else ("dynamic" if m.dynamic else "frequency")
+        table.add_row(label, kind, params, m.formula, m.source)
+    console.print(table)
+
+
+@app.command()
+def freqs(
+    method: str = typer.Option(..., "--method", help="method name"),
+    factor: str = typer.Option("1", "--factor", "-f", help="scale factor >= 1"),
+    length: Optional[str] = typer.Option(None, "--len", "-l", help="sequence length l for dynamic methods (default: factor x L)"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="read the geometry from this model's config"),
+    head_dim: Optional[int] = typer.Option(None, "--head-dim", help="rotary dims d (without --model)"),
+    base: Optional[float] = typer.Option(None, "--base", help="rope base b (without --model)"),
+    trained_len: Optional[str] = typer.Option(None, "--trained-len", help="trained context L (without --model)"),
+    param: Optional[list[str]] = PARAM,
+    fmt: str = typer.Option("table", "--format", help="table | csv"),
+    trust_remote_code: bool = TRUST,
+) -> None:
+    """Per rotary pair: inverse frequency, wavelength and scale of a method."""
+    import math
+
+    from .geometry import RopeGeometry
+    from .methods import frequencies, resolve
+    from .parsing import parse_factor, parse_length, parse_params
+
+    if fmt not in ("table", "csv"):
+        raise UserError(f"unknown --format '{fmt}'", "use table or csv")
+    setting = resolve(method, parse_params(param))
+    s = parse_factor(factor)
+    if model:
+        from .models import load_config
+
+        geom = RopeGeometry.from_config(load_config(model, trust_remote_code))
+    else:
+        if head_dim is None or base is None or trained_len is None:
+            raise UserError("freqs needs a geometry", "pass --model M, or all of --head-dim D --base B --trained-len L")
+        geom = RopeGeometry(head_dim=head_dim, rotary_dim=head_dim, base=base, trained_len=parse_length(trained_len))
+    seq_len = parse_length(length) if length else int(round(s * geom.trained_len))
+    inv_freq, scale = frequencies(setting, geom, s, seq_len)
+    plain, _ = frequencies(resolve("none"), geom, 1.0, seq_len)
+    rows = [
+        (i, float(f), 2 * math.pi / float(f) if f > 0 else math.inf, float(p) / float(f) if f > 0 else math.inf)
+        for i, (f, p) in enumerate(zip(inv_freq.tolist(), plain.tolist(), strict=True))
+    ]
+    if fmt == "csv":
+        sys.stdout.write("pair,inv_freq,wavelength,scale,attention_scale\n")
+        for i, f, wl, sc in rows:
+            sys.stdout.write(f"{i},{f!r},{wl!r},{sc!r},{scale!r}\n")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{setting.name} x{s:g} at l={seq_len}: d={geom.rotary_dim}, b={geom.base:g}, L={geom.trained_len}; attention_scale={scale:.6g}")
+    for col in ("pair", "inv_freq", "wavelength", "scale"):
+        table.add_column(col, justify="right")
+    for i, f, wl, sc in rows:
+        table.add_row(str(i), f"{f:.6e}", f"{wl:.1f}", f"{sc:.4f}")
+    console.print(table)
+
+
+def main() -> None:
+    """Entry point: user errors -> one line and exit 2."""
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        err.print(exc.line(), markup=False)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err.print("aborted", markup=False)
+        sys.exit(130)
+    except Exception as exc:
+        # typer's (vendored) click usage errors: unknown option, bad value, missing argument.
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            console.print(exc.format_message(), markup=False, highlight=False)
+            sys.exit(0)
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            ctx = getattr(exc, "ctx", None)
+            command = f"ctxbench {ctx.info_name}" if ctx is not None and ctx.info_name != "ctxbench" else "ctxbench"
+            err.print(f"error: {exc.format_message()} — see `{command} --help`", markup=False)
+            sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()
