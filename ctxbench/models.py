@@ -7,6 +7,7 @@ package. Nothing is downloaded unless the user names a hub id.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -201,8 +202,10 @@ def load(
 
     hf_logging.disable_progress_bar()  # ctxbench shows its own progress; GGUF dequantisation bars are noise
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf} if gguf else {}), trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        quiet = _quiet_gguf() if gguf else contextlib.nullcontext()
+        with quiet:
+            tokenizer = AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf} if gguf else {}), trust_remote_code=trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except OSError as exc:
         raise _hub_error(spec, exc) from None
     if not device_map:
@@ -223,6 +226,17 @@ def load(
         device=dev if not device_map else f"map:{device_map}",
         dtype=str(torch_dtype).replace("torch.", ""),
     )
+
+
+@contextlib.contextmanager
+def _quiet_gguf():
+    """transformers draws its own tqdm bar while dequantising GGUF; ctxbench shows its own status."""
+    from unittest import mock
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    with mock.patch.object(gguf_utils, "tqdm", lambda iterable, **_: iterable):
+        yield
 
 
 def _quantization(kind: str):

@@ -1,0 +1,184 @@
+"""Perplexity task: every number equals a plain, obviously-correct loop."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import TRAINED, tiny_llama
+
+from ctxbench import scoring
+from ctxbench.api import to_frame
+from ctxbench.data import Tokenized, load_corpus
+from ctxbench.errors import UserError
+from ctxbench.methods import resolve
+from ctxbench.runner import run_task
+from ctxbench.tasks import ppl
+
+
+def _settings(corpus_dir, methods=("none",), factors=(2.0,), lengths=(32, 100, 200), **kw):
+    return ppl.Settings(
+        methods=[resolve(m) for m in methods], factors=list(factors), lengths=list(lengths), dataset=str(corpus_dir), **kw
+    )
+
+
+def _aggregate(records, metric="nll"):
+    frame = to_frame(records)
+    part = frame[(frame.doc == "all") & (frame.metric == metric)]
+    return {(r.method, int(r.length)): float(r.value) for r in part.itertuples()}
+
+
+def _docs(corpus_dir, tokenizer, n, count):
+    tokens = Tokenized(load_corpus(str(corpus_dir)), tokenizer)
+    return [tokens[i] for i in tokens.select([n], count)[n]]
+
+
+def _labels_nll(model, docs, n):
+    """The plain loop: one `labels=` forward per document, token-weighted mean."""
+    total = count = 0.0
+    with torch.no_grad():
+        for ids in docs:
+            x = ids[:n].long()[None]
+            loss = model(input_ids=x, labels=x).loss.item()
+            total, count = total + loss * (n - 1), count + (n - 1)
+    return total / count
+
+
+def test_ppl_equals_plain_labels_loop_for_plain_rope(tiny_lm, corpus_dir, tokenizer):
+    result = run_task(tiny_lm, "ppl", _settings(corpus_dir, docs=2))
+    got = _aggregate(result.records)
+    for n in (32, 100, 200):
+        ref = _labels_nll(tiny_lm.model, _docs(corpus_dir, tokenizer, n, 2), n)
+        assert got[("none", n)] == pytest.approx(ref, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "method,native",
+    [
+        ("linear", {"rope_type": "linear", "factor": 2.0}),
+        ("yarn", {"rope_type": "yarn", "factor": 2.0}),
+        ("dynamic-ntk", {"rope_type": "dynamic", "factor": 2.0}),
+    ],
+)
+def test_ppl_equals_labels_loop_on_natively_scaled_model(tiny_lm, corpus_dir, tokenizer, method, native):
+    result = run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=(method,), docs=2))
+    got = _aggregate(result.records)
+    reference = tiny_llama({"rope_theta": 10000.0, **native})
+    reference.load_state_dict(tiny_lm.model.state_dict())
+    for n in (32, 100, 200):
+        ref = _labels_nll(reference, _docs(corpus_dir, tokenizer, n, 2), n)
+        assert got[(method, n)] == pytest.approx(ref, rel=1e-5), n
+
+
+@pytest.mark.parametrize("method", ["none", "yarn", "ntk-by-parts", "rerope"])
+def test_one_pass_lengths_equal_each_length_scored_on_its_own(tiny_lm, corpus_dir, method):
+    settings = _settings(corpus_dir, methods=(method,), docs=3, lengths=(40, 110, 240))
+    shared = _aggregate(run_task(tiny_lm, "ppl", settings).records)
+    alone = {}
+    for n in (40, 110, 240):
+        one = _settings(corpus_dir, methods=(method,), docs=3, lengths=(n,))
+        alone.update(_aggregate(run_task(tiny_lm, "ppl", one).records))
+    assert shared.keys() == alone.keys()
+    for key in shared:
+        assert shared[key] == pytest.approx(alone[key], rel=1e-5, abs=1e-6)
+
+
+def test_one_pass_runs_one_forward_per_document(tiny_lm, corpus_dir, monkeypatch):
+    calls = []
+    real = scoring.token_nll
+    monkeypatch.setattr(ppl, "token_nll", lambda model, ids, **kw: calls.append(len(ids)) or real(model, ids, **kw))
+    run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("ntk",), docs=3, lengths=(40, 110, 240)))
+    # a.txt (400) serves 40/110/240, b.txt (250) 40/110/240, c.txt (120) 40/110: three forwards.
+    assert sorted(calls) == [110, 240, 240]
+
+
+def test_dynamic_methods_score_each_length_with_its_own_frequencies(tiny_lm, corpus_dir, monkeypatch):
+    seen = []
+    real = ppl.applied
+    monkeypatch.setattr(ppl, "applied", lambda model, geom, m, f, seq_len: seen.append(seq_len) or real(model, geom, m, f, seq_len))
+    run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("dynamic-ntk",), docs=2, lengths=(40, 110, 240)))
+    assert sorted(seen) == [40, 110, 240]
+
+
+def test_sliding_window_equals_perplexity_guide_loop(tiny_lm, corpus_dir, tokenizer):
+    n, stride = 64, 24
+    settings = _settings(corpus_dir, lengths=(n,), stride=stride, docs=2)
+    got = _aggregate(run_task(tiny_lm, "ppl", settings).records)[("none", n)]
+    total = count = 0.0
+    with torch.no_grad():
+        for ids in _docs(corpus_dir, tokenizer, n, 2):  # HF perplexity guide, whole document
+            ids = ids.long()
+            prev_end = 0
+            for begin in range(0, len(ids), stride):
+                end = min(begin + n, len(ids))
+                target = end - prev_end
+                x = ids[begin:end][None]
+                labels = x.clone()
+                labels[:, :-target] = -100
+                loss = tiny_lm.model(input_ids=x, labels=labels).loss.item()
+                scored = (labels[:, 1:] != -100).sum().item()
+                total, count = total + loss * scored, count + scored
+                prev_end = end
+                if end == len(ids):
+                    break
+    assert got == pytest.approx(total / count, rel=1e-5)
+
+
+def test_sliding_scores_every_token_after_the_first_once(tiny_lm):
+    ids = torch.randint(0, 256, (150,))
+    nll = scoring.sliding_nll(tiny_lm.model, ids, window=64, stride=16)
+    assert nll.shape == (149,)
+    full = scoring.token_nll(tiny_lm.model, ids[:64])
+    assert torch.allclose(nll[:63], full, atol=1e-6)
+
+
+def test_scoring_never_builds_logits_for_the_whole_sequence(tiny_lm, monkeypatch):
+    shapes = []
+    real = scoring.head_logits
+    monkeypatch.setattr(scoring, "head_logits", lambda model, h: shapes.append(h.shape[1]) or real(model, h))
+    ids = torch.randint(0, 256, (300,))
+    chunked = scoring.token_nll(tiny_lm.model, ids, chunk=64)
+    assert max(shapes) == 64 and sum(shapes) == 299
+    with torch.no_grad():
+        full = torch.nn.functional.cross_entropy(tiny_lm.model(ids[None].long()).logits[0, :-1], ids[1:].long(), reduction="none")
+    assert torch.allclose(chunked, full, atol=1e-5)
+
+
+def test_rows_carry_doc_and_aggregate_values(tiny_lm, corpus_dir):
+    frame = to_frame(run_task(tiny_lm, "ppl", _settings(corpus_dir, lengths=(100,), docs=2)).records)
+    per_doc = frame[(frame.doc != "all") & (frame.metric == "nll")]
+    agg = frame[(frame.doc == "all") & (frame.metric == "nll")].value.item()
+    weighted = (per_doc.value * per_doc.tokens).sum() / per_doc.tokens.sum()
+    assert len(per_doc) == 2 and agg == pytest.approx(weighted, rel=1e-9)
+    ppl_row = frame[(frame.doc == "all") & (frame.metric == "ppl")].value.item()
+    assert ppl_row == pytest.approx(math.exp(agg))
+    assert set(frame["mode"]) == {"truncate"} and set(frame["stride"].astype(int)) == {100}
+
+
+def test_shorter_documents_are_skipped_and_counted(tiny_lm, corpus_dir):
+    ctx = ppl.prepare(tiny_lm, _settings(corpus_dir, lengths=(200,), docs=3))
+    assert ctx.chosen[200] == [0, 1]  # a.txt (400) and b.txt (250); c.txt (120) is too short
+    assert any("only 2 of 3" in note for note in ctx.notes)
+
+
+def test_default_lengths_are_half_to_four_times_trained_capped_by_documents(tiny_lm, corpus_dir):
+    (corpus_dir / "a.txt").unlink()  # longest document left: 250 tokens < 4L = 256
+    ctx = ppl.prepare(tiny_lm, ppl.Settings(methods=[resolve("none")], factors=[2.0], dataset=str(corpus_dir), docs=1))
+    assert ppl.default_lengths(TRAINED) == [32, 64, 128, 256]
+    assert ctx.lengths == [32, 64, 128]
+    assert any("no document has 256 tokens" in note for note in ctx.notes)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(lengths=(500,)), "shorter than every length"),
+        (dict(lengths=(64,), stride=0), "--stride 0"),
+        (dict(lengths=(64,), stride=65), "longer than length 64"),
+        (dict(lengths=(64,), docs=0), "--docs 0"),
+    ],
+)
+def test_bad_settings_raise_one_clear_error(tiny_lm, corpus_dir, kwargs, message):
+    with pytest.raises(UserError, match=message):
+        ppl.prepare(tiny_lm, _settings(corpus_dir, **kwargs))
