@@ -105,9 +105,11 @@ def ppl(
         "ppl", method, factor, length, parse_params(param), stride=parse_length(stride) if stride else None,
         dataset=dataset, split=split, text_column=text_column, docs=docs,
     )
+    from .data import check_local_dataset
     from .tasks.ppl import check_settings
 
     check_settings(settings)
+    check_local_dataset(dataset, text_column)  # fail before the model loads
     _execute("ppl", _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), settings, out, resume, seed)
 
 

@@ -132,6 +132,15 @@ def load_corpus(dataset: str | None = None, split: str = "test", text_column: st
     return _hub_corpus(dataset, split, text_column)
 
 
+def check_local_dataset(dataset: str | None, text_column: str = "text") -> None:
+    """Raise the same errors as :func:`load_corpus` for a local dataset, without a model loaded."""
+    if dataset in (None, "", BUILTIN) or dataset in HUB_ALIASES:
+        return
+    path = Path(dataset).expanduser()
+    if path.exists() or path.suffix in LOCAL_SUFFIXES or dataset.startswith((".", "/", "~")):
+        load_corpus(dataset, text_column=text_column)
+
+
 def _hub_corpus(name: str, split: str, text_column: str) -> Corpus:
     hub_id, alias_split, alias_column = HUB_ALIASES.get(name, (name, split, text_column))
     if name in HUB_ALIASES and text_column == "text":

@@ -172,12 +172,25 @@ def check_writable(path: str | Path) -> None:
         raise UserError(f"cannot write '{path}': permission denied", "choose a writable --out path")
 
 
+def _remove_stale_temps(path: Path) -> None:
+    """Temp files left by a killed writer (``.NAME.PID.tmp`` whose process is gone)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            pid = int(tmp.name.rsplit(".", 2)[-2])
+            os.kill(pid, 0)
+        except (ValueError, ProcessLookupError):
+            tmp.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # another user's live process
+
+
 class ResultsFile:
     """A results CSV being filled cell by cell; rows already in it are kept and their cells skipped."""
 
     def __init__(self, path: str | Path, resume: bool = True) -> None:
         self.path = Path(path)
         check_writable(self.path)
+        _remove_stale_temps(self.path)
         existing = read_records(self.path, must_exist=False) if self.path.exists() else []
         self.records: list[dict] = existing if resume else []
         self.replace_on_first_write = not resume and self.path.exists()

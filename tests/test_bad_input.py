@@ -1,0 +1,107 @@
+"""Bad input across commands: one line `error: ... — ...`, exit code 2, no traceback, and every
+existing result file byte-identical afterwards. Each case fails before any model weights load."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ctxbench.results import COLUMNS
+
+GOOD_ROW = ["x"] * len(COLUMNS)
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A folder with a valid results CSV, a truncated one, a foreign one, and small datasets."""
+    header = ",".join(COLUMNS)
+    (tmp_path / "results.csv").write_text(header + "\n" + ",".join(GOOD_ROW) + "\n")
+    (tmp_path / "truncated.csv").write_text(header + "\n" + ",".join(GOOD_ROW[:7]))
+    (tmp_path / "foreign.csv").write_text("name,score\nfoo,1\n")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "docs.jsonl").write_text(json.dumps({"body": "some text"}) + "\n")
+    (tmp_path / "suite.toml").write_text('model = "smollm2-135m"\n[ppl]\nfactors = [2]\nlenghts = ["1k"]\n')
+    (tmp_path / "badtask.toml").write_text('model = "smollm2-135m"\n[perplexity]\nfactors = [2]\n')
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_head": 2, "n_layer": 1, "vocab_size": 10, "bos_token_id": 0, "eos_token_id": 0}))
+    return tmp_path
+
+
+OUT = ["--out", "results.csv"]
+CASES = [
+    # (name, argv, words the message must contain)
+    ("length with a bad unit", ["ppl", "--len", "16q", *OUT], "bad length '16q'"),
+    ("negative length", ["ppl", "--len=-1", *OUT], "bad length '-1'"),
+    ("zero length", ["ppl", "--len", "0", *OUT], "at least 1 token"),
+    ("fractional length", ["ppl", "--len", "1.5k", *OUT], "bad length '1.5k'"),
+    ("zero factor", ["ppl", "--factor", "0", *OUT], "must be >= 1"),
+    ("factor below one", ["ppl", "--factor", "0.5", *OUT], "must be >= 1"),
+    ("factor not a number", ["ppl", "--factor", "abc", *OUT], "not a number"),
+    ("unknown method", ["ppl", "--method", "ntkk", *OUT], "did you mean 'ntk'"),
+    ("unknown param", ["ppl", "--method", "yarn", "--param", "beta_fats=16", *OUT], "did you mean 'beta_fast'"),
+    ("param without value", ["ppl", "--method", "yarn", "--param", "beta_fast", *OUT], "key=value"),
+    ("bad combination", ["ppl", "--method", "ntk+yarn", *OUT], "combine at most one"),
+    ("zero stride", ["ppl", "--len", "1k", "--stride", "0", *OUT], "at least 1 token"),
+    ("stride above length", ["ppl", "--len", "1k", "--stride", "2k", *OUT], "longer than length 1024"),
+    ("zero docs", ["ppl", "--docs", "0", *OUT], "--docs 0"),
+    ("missing dataset", ["ppl", "--dataset", "nope.txt", *OUT], "not found"),
+    ("empty dataset", ["ppl", "--dataset", "empty.txt", *OUT], "empty"),
+    ("dataset without the text column", ["ppl", "--dataset", "docs.jsonl", *OUT], "no text column 'text'"),
+    ("output in a missing directory", ["ppl", "--out", "missing/dir/out.csv"], "does not exist"),
+    ("output is a directory", ["ppl", "--out", "."], "is a directory"),
+    ("missing model path", ["ppl", "--model", "./no/such/model", *OUT], "not found"),
+    ("missing gguf file", ["ppl", "--model", "nothing.gguf", *OUT], "not found"),
+    ("model without RoPE", ["freqs", "--method", "ntk", "--model", "gpt2"], "no rotary position embedding"),
+    ("hub id offline and not cached", ["freqs", "--method", "ntk", "--model", "nobody/not-a-model-xyz"], "HF_HUB_OFFLINE"),
+    ("unknown option", ["ppl", "--bogus", *OUT], "No such option"),
+    ("theta without a base", ["freqs", "--method", "theta", "--head-dim", "64", "--base", "1e4", "--trained-len", "4k"], "needs a new base"),
+    ("freqs without geometry", ["freqs", "--method", "ntk"], "needs a geometry"),
+    ("depth above one", ["passkey", "--depth", "1.5", *OUT], "1.5"),
+    ("zero trials", ["passkey", "--trials", "0", *OUT], "trials"),
+    ("suite with a typo", ["sweep", "suite.toml", *OUT], "lenghts"),
+    ("suite with an unknown task", ["sweep", "badtask.toml", *OUT], "perplexity"),
+    ("compare a truncated CSV", ["compare", "results.csv", "truncated.csv"], "truncated"),
+    ("compare a foreign CSV", ["compare", "results.csv", "foreign.csv"], "not a ctxbench results CSV"),
+    ("report on a missing file", ["report", "missing.csv"], "not found"),
+]
+
+
+def _snapshot(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def _check(code, stderr, words, workdir, before):
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert "Traceback" not in stderr
+    assert words in lines[0]
+    assert " — " in lines[0]  # says how to fix it
+    assert _snapshot(workdir) == before  # no result file touched, none created
+
+
+@pytest.mark.parametrize("name,argv,words", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_one_line_and_exit_2(workdir, monkeypatch, capsys, name, argv, words):
+    from ctxbench.cli import main
+
+    before = _snapshot(workdir)
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("CTXBENCH_CACHE", str(workdir / ".cache"))
+    monkeypatch.setattr(sys, "argv", ["ctxbench", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    _check(exit_info.value.code, capsys.readouterr().err, words, workdir, before)
+
+
+@pytest.mark.parametrize("name,argv,words", [CASES[0], CASES[21]], ids=["length", "no-rope"])
+def test_installed_command_reports_bad_input_the_same_way(workdir, name, argv, words):
+    before = _snapshot(workdir)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CTXBENCH_CACHE": str(workdir / ".cache")}
+    proc = subprocess.run(["ctxbench", *argv], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    _check(proc.returncode, proc.stderr, words, workdir, before)

@@ -1,0 +1,105 @@
+"""Determinism, provenance on every row, and nothing lost when a run is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+import transformers
+from conftest import byte_tokenizer, tiny_llama
+
+import ctxbench
+from ctxbench.methods import resolve
+from ctxbench.results import COLUMNS, ROW_KEY, read_records, row_key
+from ctxbench.runner import run_task
+from ctxbench.tasks import ppl
+
+VOLATILE = {"run_id", "time", "seconds"}
+TIMING_METRICS = {"tokens_per_s", "peak_mem_mb"}
+
+
+def _settings(corpus_dir, methods=("none", "yarn", "dynamic-ntk", "ntk+logn")):
+    return ppl.Settings(methods=[resolve(m) for m in methods], factors=[2.0], lengths=[32, 100], dataset=str(corpus_dir), docs=2)
+
+
+def _stable(records):
+    return [
+        {k: v for k, v in r.items() if k not in VOLATILE}
+        for r in records
+        if r["metric"] not in TIMING_METRICS
+    ]
+
+
+def test_same_command_same_seed_gives_identical_values(tiny_lm, corpus_dir, tmp_path):
+    first = run_task(tiny_lm, "ppl", _settings(corpus_dir), out=tmp_path / "a.csv", seed=7)
+    second = run_task(tiny_lm, "ppl", _settings(corpus_dir), out=tmp_path / "b.csv", seed=7)
+    assert _stable(read_records(tmp_path / "a.csv")) == _stable(read_records(tmp_path / "b.csv"))
+    assert len(first.records) == len(second.records) > 0
+
+
+def test_every_row_carries_full_provenance(tiny_lm, corpus_dir, tmp_path):
+    run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("yarn",)), out=tmp_path / "a.csv", seed=3)
+    records = read_records(tmp_path / "a.csv")
+    for r in records:
+        assert list(r) == COLUMNS
+        assert r["model_digest"] == "tiny-llama-seed0" and r["data_digest"].startswith("sha256:")
+        assert r["ctxbench_version"] == ctxbench.__version__
+        assert r["torch_version"] == torch.__version__ and r["transformers_version"] == transformers.__version__
+        assert r["device"] == "cpu" and r["dtype"] == "float32" and r["seed"] == "3"
+        assert json.loads(r["method_params"]) == {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True, "attention_factor": None}
+
+
+def test_attention_method_rows_record_derived_defaults(tiny_lm, corpus_dir):
+    records = run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("self-extend",))).records
+    params = json.loads(records[0]["method_params"])
+    assert params == {"window": 16, "group": 3}  # w = L/4, G = ceil((s*L - w)/(L - w)) = ceil(112/48)
+
+
+@pytest.fixture
+def saved_model(tmp_path):
+    """The tiny model and tokenizer on disk, so a `ctxbench` subprocess can load them."""
+    path = tmp_path / "tiny-model"
+    tiny_llama().save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    return path
+
+
+def _cli(model, corpus, out):
+    methods = "none,linear,ntk,yarn,ntk-by-parts,llama3,dynamic-ntk,dynamic-yarn"
+    return ["ctxbench", "ppl", "--model", str(model), "--dataset", str(corpus), "--method", methods,
+            "--factor", "1,2,3,4,6,8", "--len", "32,64,100,200", "--docs", "3", "--out", str(out)]  # fmt: skip
+
+
+@pytest.mark.parametrize("cells_before_kill", [1, 15, 60])
+def test_kill_9_mid_run_loses_and_duplicates_nothing(saved_model, corpus_dir, tmp_path, cells_before_kill):
+    out = tmp_path / "out.csv"
+    env = {**os.environ, "CTXBENCH_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen(_cli(saved_model, corpus_dir, out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    cells = 0
+    while time.time() < deadline and proc.poll() is None:
+        if out.exists():
+            cells = len({tuple(r[c] for c in ("method", "factor", "length")) for r in read_records(out)})
+            if cells >= cells_before_kill:
+                break
+        time.sleep(0.02)
+    assert proc.poll() is None, f"run finished before the kill ({cells} cells): {proc.stderr.read().decode()[-500:]}"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    survived = read_records(out)  # a valid CSV: header, whole rows, trailing newline
+    kept = {row_key(r): r["value"] for r in survived}
+    done = subprocess.run(_cli(saved_model, corpus_dir, out), env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    final = read_records(out)
+    keys = [row_key(r) for r in final]
+    assert len(keys) == len(set(keys)), "a cell was written twice"
+    assert all(kept[k] == v for k, v in ((row_key(r), r["value"]) for r in final) if k in kept)
+    assert kept.keys() <= set(keys), "a finished cell was lost"
+    grid = 8 * 6 * 4
+    assert len({tuple(r[c] for c in ROW_KEY[:-3]) for r in final}) == grid
+    assert not list(tmp_path.glob(".out.csv.*.tmp"))
