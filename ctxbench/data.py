@@ -200,17 +200,30 @@ class Tokenized:
         return len(self.corpus)
 
     def select(self, lengths: list[int], docs: int) -> dict[int, list[int]]:
-        """For each length ``n``, the first ``docs`` documents with at least ``n`` tokens."""
-        chosen: dict[int, list[int]] = {n: [] for n in lengths}
+        """The first ``docs`` documents with at least ``max(lengths)`` tokens, for every length.
+
+        The same documents at every length (as in the YaRN paper's evaluation) keep the curve
+        over lengths comparable; lengths no document reaches are dropped first (empty list).
+        """
+        longest = 0
+        picked: list[int] = []
+        reach = {n: False for n in lengths}
         for i in range(len(self)):
-            if all(len(v) >= docs for v in chosen.values()):
-                break
             size = len(self[i])
+            longest = max(longest, size)
             for n in lengths:
-                if size >= n and len(chosen[n]) < docs:
-                    chosen[n].append(i)
+                reach[n] = reach[n] or size >= n
+            if all(reach.values()) and len(picked) >= docs:
+                break
+            if all(size >= n for n in lengths) and len(picked) < docs:
+                picked.append(i)
         self.save()
-        return chosen
+        top = max((n for n in lengths if reach[n]), default=None)
+        if top is None:
+            return {n: [] for n in lengths}
+        if top != max(lengths):  # the longest lengths are out of reach: pick for the longest reachable
+            picked = [i for i in range(len(self)) if i in self.ids and len(self[i]) >= top][:docs]
+        return {n: (picked if reach[n] else []) for n in lengths}
 
     def save(self) -> None:
         if not self._dirty:

@@ -13,6 +13,7 @@ from ctxbench.api import to_frame
 from ctxbench.data import Tokenized, load_corpus
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
+from ctxbench.patching import applied
 from ctxbench.runner import run_task
 from ctxbench.tasks import ppl
 
@@ -74,14 +75,16 @@ def test_ppl_equals_labels_loop_on_natively_scaled_model(tiny_lm, corpus_dir, to
 @pytest.mark.parametrize("method", ["none", "yarn", "ntk-by-parts", "rerope"])
 def test_one_pass_lengths_equal_each_length_scored_on_its_own(tiny_lm, corpus_dir, method):
     settings = _settings(corpus_dir, methods=(method,), docs=3, lengths=(40, 110, 240))
-    shared = _aggregate(run_task(tiny_lm, "ppl", settings).records)
-    alone = {}
-    for n in (40, 110, 240):
-        one = _settings(corpus_dir, methods=(method,), docs=3, lengths=(n,))
-        alone.update(_aggregate(run_task(tiny_lm, "ppl", one).records))
-    assert shared.keys() == alone.keys()
-    for key in shared:
-        assert shared[key] == pytest.approx(alone[key], rel=1e-5, abs=1e-6)
+    frame = to_frame(run_task(tiny_lm, "ppl", settings).records)
+    per_doc = frame[(frame.doc != "all") & (frame.metric == "nll")]
+    tokens = Tokenized(load_corpus(str(corpus_dir)), tiny_lm.tokenizer)
+    setting = resolve(method)
+    assert len(per_doc) == 6  # a.txt and b.txt reach 240 tokens; each at three lengths
+    for row in per_doc.itertuples():
+        ids = tokens[tokens.corpus.names.index(row.doc)][: int(row.length)]
+        with applied(tiny_lm.model, tiny_lm.geometry, setting, 2.0, int(row.length)):
+            alone = scoring.token_nll(tiny_lm.model, ids).double().mean().item()
+        assert row.value == pytest.approx(alone, rel=1e-5)
 
 
 def test_one_pass_runs_one_forward_per_document(tiny_lm, corpus_dir, monkeypatch):
@@ -89,8 +92,8 @@ def test_one_pass_runs_one_forward_per_document(tiny_lm, corpus_dir, monkeypatch
     real = scoring.token_nll
     monkeypatch.setattr(ppl, "token_nll", lambda model, ids, **kw: calls.append(len(ids)) or real(model, ids, **kw))
     run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("ntk",), docs=3, lengths=(40, 110, 240)))
-    # a.txt (400) serves 40/110/240, b.txt (250) 40/110/240, c.txt (120) 40/110: three forwards.
-    assert sorted(calls) == [110, 240, 240]
+    # the same documents at every length: a.txt (400) and b.txt (250), one forward each at 240.
+    assert sorted(calls) == [240, 240]
 
 
 def test_dynamic_methods_score_each_length_with_its_own_frequencies(tiny_lm, corpus_dir, monkeypatch):
