@@ -44,20 +44,32 @@ def _model_config(model, device, dtype, attn, trust, device_map, quantization):
 
 
 def _execute(task: str, model_config, settings, out: str, resume: bool, seed: int) -> None:
-    """Load once, run the grid with a progress bar, print the summary tables."""
+    """Load once, run the grid with a progress bar, print the summary tables.
+
+    Under ``torchrun``/``accelerate launch`` each rank runs its share of the grid into its own
+    part file, and rank 0 merges them into ``out`` after a barrier (see ctxbench.distributed).
+    """
+    from . import distributed
     from .display import progress, summary_tables
-    from .results import check_writable
+    from .results import check_writable, read_records
     from .runner import run_task
 
     check_writable(out)
-    with console.status(f"loading {model_config.model} ..."):
+    w = distributed.world()
+    distributed.init(w)
+    model_config.device = distributed.rank_device(model_config.device, w)
+    show = Console(quiet=w.rank != 0)
+    target = distributed.seed_part(out, w.rank) if w.active and resume else out
+    if w.active and not resume:
+        target = distributed.part_path(out, w.rank)
+    with show.status(f"loading {model_config.model} ..."):
         lm = model_config.load()
-    bar = progress(console)
+    bar = progress(show)
     state = {}
 
     def on_start(todo: int, skipped: int) -> None:
         if skipped:
-            console.print(f"[dim]{skipped} cell(s) already in {out}: skipped (use --no-resume to redo)[/]")
+            show.print(f"[dim]{skipped} cell(s) already in {out}: skipped (use --no-resume to redo)[/]")
         state["task"] = bar.add_task(task, total=todo)
         bar.start()
 
@@ -65,14 +77,25 @@ def _execute(task: str, model_config, settings, out: str, resume: bool, seed: in
         bar.update(state["task"], advance=1, description=f"{task}: {cell.label()}")
 
     try:
-        result = run_task(lm, task, settings, out=out, resume=resume, seed=seed, on_start=on_start, on_cell=on_cell)
+        result = run_task(
+            lm, task, settings, out=target, resume=resume, seed=seed, on_start=on_start, on_cell=on_cell,
+            shard=(w.rank, w.size) if w.active else None,
+        )
     finally:
         bar.stop()
+    records = result.records
+    if w.active:
+        distributed.barrier(w)
+        if w.rank == 0:
+            distributed.merge(out, keep_existing=resume)
+            records = read_records(out)
+        distributed.barrier(w)
+        distributed.finish(w)
     for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}")
-    for table in summary_tables(result.records, lm.geometry.trained_len):
-        console.print(table)
-    console.print(f"[dim]{result.ran} cell(s) run, {result.skipped} resumed, {result.failed} failed -> {out}[/]")
+        show.print(f"[yellow]note:[/] {note}")
+    for table in summary_tables(records, lm.geometry.trained_len):
+        show.print(table)
+    show.print(f"[dim]{result.ran} cell(s) run, {result.skipped} resumed, {result.failed} failed -> {out}[/]")
 
 
 @app.command()

@@ -93,7 +93,7 @@ def run_task(
     """Run every cell of ``settings``' grid that ``out`` does not hold yet.
 
     ``on_start(todo, skipped)`` and ``on_cell(cell, rows)`` drive progress displays. ``shard``
-    ``(rank, world)`` runs only the cells whose grid index is ``rank`` modulo ``world``.
+    ``(rank, world)`` runs only the groups of cells whose index is ``rank`` modulo ``world``.
     """
     if task not in TASKS:
         from .errors import unknown
@@ -104,9 +104,13 @@ def run_task(
     torch.manual_seed(seed)
     ctx = module.prepare(lm, settings)
     grid = module.cells(settings, ctx)
+    # Groups come from the whole grid, so a cell's group (and, sharded, its rank) never depends
+    # on what is already done; finished cells are dropped from their group afterwards.
+    groups = module.groups(grid, settings)
     if shard is not None:
         rank, world = shard
-        grid = [c for i, c in enumerate(grid) if i % world == rank]
+        groups = [g for i, g in enumerate(groups) if i % world == rank]
+        grid = [c for g in groups for c in g]
     run_id = run_id or new_run_id()
     provenance = dict(
         run_id=run_id, model=lm.name, model_digest=lm.digest, dataset=ctx.dataset, data_digest=ctx.data_digest,
@@ -135,11 +139,13 @@ def run_task(
         return cell_key(rows_for(cell, [Measurement("x", 0)])[0].as_strings())
 
     done = results.done_cells()
-    todo = [c for c in grid if key_of(c) not in done]
-    outcome = RunResult(records=[], skipped=len(grid) - len(todo), notes=list(getattr(ctx, "notes", [])))
+    todo_groups = [[c for c in g if key_of(c) not in done] for g in groups]
+    todo_groups = [g for g in todo_groups if g]
+    todo = sum(len(g) for g in todo_groups)
+    outcome = RunResult(records=[], skipped=len(grid) - todo, notes=list(getattr(ctx, "notes", [])))
     if on_start:
-        on_start(len(todo), outcome.skipped)
-    for group in module.groups(todo, settings):
+        on_start(todo, outcome.skipped)
+    for group in todo_groups:
         finished: set[Cell] = set()
         try:
             for cell, measurements in _run_with_retry(module, lm, ctx, group, settings, finished):

@@ -103,3 +103,28 @@ def test_kill_9_mid_run_loses_and_duplicates_nothing(saved_model, corpus_dir, tm
     grid = 8 * 6 * 4
     assert len({tuple(r[c] for c in ROW_KEY[:-3]) for r in final}) == grid
     assert not list(tmp_path.glob(".out.csv.*.tmp"))
+
+
+def test_out_of_memory_cell_is_retried_then_recorded_and_the_sweep_goes_on(tiny_lm, corpus_dir, tmp_path, monkeypatch):
+    real = ppl.run_group
+    attempts = []
+
+    def flaky(lm, ctx, group, settings):
+        for cell in group:
+            if cell.method.name == "yarn":
+                attempts.append(settings.chunk)
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        yield from real(lm, ctx, group, settings)
+
+    monkeypatch.setattr(ppl, "run_group", flaky)
+    result = run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("none", "yarn", "ntk")), out=tmp_path / "a.csv")
+    records = read_records(tmp_path / "a.csv")
+    failed = [r for r in records if r["status"] != "ok"]
+    assert {r["method"] for r in failed} == {"yarn"} and {r["status"] for r in failed} == {"oom"}
+    assert len(failed) == 2 and result.failed == 2  # one row per failed cell (two lengths)
+    assert attempts[0] == 1024 and min(attempts) < 1024  # retried with smaller chunks first
+    assert {r["method"] for r in records if r["status"] == "ok"} == {"none", "ntk"}
+    # a later run retries the failed cells only
+    monkeypatch.setattr(ppl, "run_group", real)
+    again = run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("none", "yarn", "ntk")), out=tmp_path / "a.csv")
+    assert again.ran == 2 and again.skipped == 4
