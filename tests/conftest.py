@@ -64,3 +64,12 @@ def real_lm():
     from ctxbench.models import load
 
     return load("smollm2-135m", device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def saved_model(tmp_path):
+    """The tiny model and tokenizer on disk, so a `ctxbench` subprocess can load them by path."""
+    path = tmp_path / "tiny-model"
+    tiny_llama().save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    return path

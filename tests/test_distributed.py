@@ -6,21 +6,10 @@ import os
 import subprocess
 import sys
 
-import pytest
-from conftest import byte_tokenizer, tiny_llama
-
 from ctxbench import distributed
 from ctxbench.results import read_records, row_key
 
 TIMING = {"tokens_per_s", "peak_mem_mb"}
-
-
-@pytest.fixture
-def saved_model(tmp_path):
-    path = tmp_path / "tiny-model"
-    tiny_llama().save_pretrained(path)
-    byte_tokenizer().save_pretrained(path)
-    return path
 
 
 def _args(model, corpus, out):

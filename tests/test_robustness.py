@@ -11,7 +11,6 @@ import time
 import pytest
 import torch
 import transformers
-from conftest import byte_tokenizer, tiny_llama
 
 import ctxbench
 from ctxbench.methods import resolve
@@ -58,15 +57,6 @@ def test_attention_method_rows_record_derived_defaults(tiny_lm, corpus_dir):
     records = run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("self-extend",))).records
     params = json.loads(records[0]["method_params"])
     assert params == {"window": 16, "group": 3}  # w = L/4, G = ceil((s*L - w)/(L - w)) = ceil(112/48)
-
-
-@pytest.fixture
-def saved_model(tmp_path):
-    """The tiny model and tokenizer on disk, so a `ctxbench` subprocess can load them."""
-    path = tmp_path / "tiny-model"
-    tiny_llama().save_pretrained(path)
-    byte_tokenizer().save_pretrained(path)
-    return path
 
 
 def _cli(model, corpus, out):
