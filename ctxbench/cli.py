@@ -162,12 +162,13 @@ def passkey(
     """Passkey retrieval over lengths x depths x methods."""
     from .api import build_settings
     from .parsing import parse_params
-    from .tasks.passkey import parse_depths
+    from .tasks.passkey import check_settings, parse_depths
 
     settings = build_settings(
         "passkey", method, factor, length, parse_params(param), depths=parse_depths(depths, depth),
         trials=trials, digits=digits, seed=seed, chat=chat,
     )
+    check_settings(settings)
     if plot:
         _check_plot_dir(plot)
     _execute("passkey", _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), settings, out, resume, seed)

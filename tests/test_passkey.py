@@ -1,0 +1,190 @@
+"""Passkey task: prompt builder properties, scoring, prefix-cache reuse, decoding, rows."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from ctxbench.errors import UserError
+from ctxbench.methods import resolve
+from ctxbench.patching import applied
+from ctxbench.results import read_records
+from ctxbench.runner import run_task
+from ctxbench.tasks import passkey
+from ctxbench.tasks.passkey import (
+    build_prompt,
+    draw_key,
+    first_integer,
+    fixed_tokens,
+    greedy,
+    parse_depths,
+    prefix_cache,
+)
+
+LENGTHS = [260, 300, 457, 1000, 1500, 2048, 3333, 5000]
+DEPTHS = [i / 20 for i in range(21)]
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_prompt_has_the_requested_length(tokenizer, length):
+    for depth in DEPTHS:
+        assert len(build_prompt(tokenizer, length, depth, 54321).ids) == length
+
+
+@pytest.mark.parametrize("length", [1000, 2048, 5000])
+def test_needle_sits_at_the_requested_depth_of_the_filler(tokenizer, length):
+    fixed = fixed_tokens(tokenizer)
+    room = length - fixed
+    intro = build_prompt(tokenizer, length, 0.0, 54321).needle_pos  # needle right after the instruction
+    longest_sentence = 22  # "There and back again. " in bytes
+    for depth in DEPTHS:
+        p = build_prompt(tokenizer, length, depth, 54321)
+        filler_before = p.needle_pos - intro
+        assert abs(filler_before - depth * room) <= longest_sentence / 2 + 1
+        assert abs(p.depth - p.needle_pos / length) < 1e-12
+
+
+def test_everything_before_the_key_is_the_same_for_every_key(tokenizer):
+    prompts = [build_prompt(tokenizer, 1500, 0.4, key) for key in (10000, 54321, 99999)]
+    assert len({p.ids[: p.prefix_len] for p in prompts}) == 1
+    assert all(p.prefix_len == p.key_span[0] for p in prompts)
+
+
+def test_key_span_decodes_to_the_key_and_text_follows_the_protocol(tokenizer):
+    p = build_prompt(tokenizer, 800, 0.5, 48213)
+    assert tokenizer.decode(list(p.ids[p.key_span[0] : p.key_span[1]])).strip() == "48213"
+    text = tokenizer.decode(list(p.ids))
+    assert text.startswith(passkey.INSTRUCTION + "\nThe grass is green.")
+    assert "\nThe pass key is 48213. Remember it. 48213 is the pass key.\n" in text
+    assert text.endswith("\nWhat is the pass key? The pass key is")
+
+
+def test_length_shorter_than_the_fixed_text_is_a_user_error(tokenizer):
+    with pytest.raises(UserError, match="shorter than the passkey prompt's fixed text"):
+        build_prompt(tokenizer, 100, 0.5, 12345)
+
+
+@pytest.mark.parametrize(
+    "answer,key,correct",
+    [
+        (" 12345. Remember it.", 12345, True),
+        ("12345", 12345, True),
+        (" 123456", 12345, False),  # extra digits
+        (" one two three", 12345, False),  # no digits
+        (" 012345", 12345, True),  # leading zero: the integer is the same
+        (" 1234 5", 12345, False),  # split by a space
+        ("The key is 54321 not 12345", 12345, False),  # the first integer counts
+    ],
+)
+def test_first_integer_in_the_answer_is_compared_with_the_key(answer, key, correct):
+    assert (first_integer(answer) == key) is correct
+
+
+def test_key_split_across_tokens_is_reassembled_by_decoding(tokenizer):
+    ids = tokenizer(" 98765.", add_special_tokens=False)["input_ids"]
+    assert len(ids) > 2  # one token per digit with the byte tokenizer
+    assert first_integer(tokenizer.decode(ids)) == 98765
+
+
+def test_keys_are_seeded_and_have_the_requested_digits():
+    keys = [draw_key(0, 4096, 0.5, t, 5) for t in range(50)]
+    assert keys == [draw_key(0, 4096, 0.5, t, 5) for t in range(50)]
+    assert all(10000 <= k <= 99999 for k in keys) and len(set(keys)) > 40
+    assert draw_key(1, 4096, 0.5, 0, 5) != draw_key(0, 4096, 0.5, 0, 5)
+
+
+@pytest.mark.parametrize("method,params", [("none", {}), ("yarn", {}), ("rerope", {"window": 16}), ("dynamic-ntk", {})])
+def test_prefix_cache_reuse_equals_a_full_forward(tiny_lm, method, params):
+    model = tiny_lm.model
+    p = build_prompt(tiny_lm.tokenizer, 300, 0.5, 24680)
+    with applied(model, tiny_lm.geometry, resolve(method, params), 2.0, len(p.ids) + 10), torch.no_grad():
+        full = model(torch.tensor([p.ids])).logits[0, -1]
+        cache = prefix_cache(model, list(p.ids[: p.prefix_len]))
+        reused = model(torch.tensor([p.ids[p.prefix_len :]]), past_key_values=copy.deepcopy(cache), use_cache=True).logits[0, -1]
+    assert torch.allclose(full, reused, atol=1e-5)
+
+
+def test_greedy_loop_equals_generate(tiny_lm):
+    model = tiny_lm.model
+    ids = torch.tensor([build_prompt(tiny_lm.tokenizer, 300, 0.5, 13579).ids])
+    ours = greedy(model, ids, 10, eos=None)[0]
+    theirs = model.generate(ids, max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=0)[0, ids.shape[1] :]
+    assert ours == theirs.tolist()
+
+
+def test_batched_trials_decode_like_single_trials(tiny_lm):
+    model = tiny_lm.model
+    prompts = [build_prompt(tiny_lm.tokenizer, 300, 0.5, key) for key in (11111, 22222, 33333)]
+    base = prefix_cache(model, list(prompts[0].ids[: prompts[0].prefix_len]))
+    cache = copy.deepcopy(base)
+    cache.batch_repeat_interleave(3)
+    batched = greedy(model, torch.tensor([p.ids[p.prefix_len :] for p in prompts]), 10, None, cache)
+    single = [greedy(model, torch.tensor([p.ids]), 10, None)[0] for p in prompts]
+    assert batched == single
+
+
+def _settings(**kw):
+    base = dict(methods=[resolve("none"), resolve("yarn")], factors=[2.0], lengths=[300, 400], depths=[0.0, 1.0], trials=2)
+    return passkey.Settings(**{**base, **kw})
+
+
+def test_rows_per_trial_and_accuracy_per_cell(tiny_lm, tmp_path):
+    result = run_task(tiny_lm, "passkey", _settings(), out=tmp_path / "pk.csv", seed=5)
+    records = read_records(tmp_path / "pk.csv")
+    trials = [r for r in records if r["metric"] == "correct"]
+    cells = [r for r in records if r["metric"] == "accuracy"]
+    assert len(trials) == 2 * 2 * 2 * 2 and len(cells) == 8
+    assert {r["value"] for r in trials} <= {"0", "1"}
+    assert all(r["answer"] != "" or r["value"] == "0" for r in trials)
+    again = run_task(tiny_lm, "passkey", _settings(), out=tmp_path / "pk.csv", seed=5)
+    assert result.ran == 8 and again.ran == 0 and again.skipped == 8
+
+
+def test_same_seed_same_keys_and_answers(tiny_lm, tmp_path):
+    runs = [run_task(tiny_lm, "passkey", _settings(), out=tmp_path / f"{i}.csv", seed=3).records for i in range(2)]
+    strip = [[(r["method"], r["depth"], r["trial"], r["value"], r["answer"], r["extra"]) for r in rs if r["metric"] == "correct"] for rs in runs]
+    assert strip[0] == strip[1]
+
+
+def test_a_model_that_copies_the_key_scores_every_trial(tiny_lm, monkeypatch):
+    """Scoring end to end: a stand-in decoder that answers with the prompt's key passes."""
+    prompts = {}
+    real_build = passkey.build_prompt
+
+    def remember(*args, **kwargs):
+        p = real_build(*args, **kwargs)
+        prompts[p.ids[p.prefix_len :]] = p
+        return p
+
+    def answer(model, ids, max_new_tokens, eos, cache=None):
+        out = []
+        for row in ids.tolist():
+            p = next(q for suffix, q in prompts.items() if list(suffix) == row)
+            out.append(tiny_lm.tokenizer(f" {p.key}.", add_special_tokens=False)["input_ids"])
+        return out
+
+    monkeypatch.setattr(passkey, "build_prompt", remember)
+    monkeypatch.setattr(passkey, "greedy", answer)
+    records = run_task(tiny_lm, "passkey", _settings(methods=[resolve("none")])).records
+    assert {r["value"] for r in records if r["metric"] == "accuracy"} == {"1.0"}
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: parse_depths(None, "0.5,1.5"), "outside"),
+        (lambda: parse_depths(None, "-0.1"), "outside"),
+        (lambda: parse_depths(0, None), "--depths 0"),
+        (lambda: parse_depths(3, "0.5"), "not both"),
+        (lambda: passkey.check_settings(_settings(trials=0)), "--trials 0"),
+    ],
+)
+def test_bad_passkey_settings_raise_one_clear_error(call, message):
+    with pytest.raises(UserError, match=message):
+        call()
+
+
+def test_default_depths_are_five_evenly_spaced():
+    assert parse_depths() == [0.0, 0.25, 0.5, 0.75, 1.0]
