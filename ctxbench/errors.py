@@ -14,7 +14,7 @@ class UserError(Exception):
     """
 
     def __init__(self, what: str, fix: str = "") -> None:
-        super().__init__(what)
+        super().__init__(f"{what} — {fix}" if fix else what)
         self.what = what
         self.fix = fix
 
