@@ -7,7 +7,6 @@ their traceback and exit 1.
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -43,7 +42,7 @@ def _model_config(model, device, dtype, attn, trust, device_map, quantization):
                        device_map=device_map, quantization=quantization)
 
 
-def _execute(task: str, model_config, settings, out: str, resume: bool, seed: int) -> None:
+def _execute(jobs: list[tuple[str, object]], model_config, out: str, resume: bool, seed: int) -> None:
     """Load once, run the grid with a progress bar, print the summary tables.
 
     Under ``torchrun``/``accelerate launch`` each rank runs its share of the grid into its own
@@ -51,7 +50,7 @@ def _execute(task: str, model_config, settings, out: str, resume: bool, seed: in
     """
     from . import distributed
     from .display import progress, summary_tables
-    from .results import check_writable, read_records
+    from .results import cell_key, check_writable, read_records
     from .runner import run_task
 
     check_writable(out)
@@ -65,37 +64,41 @@ def _execute(task: str, model_config, settings, out: str, resume: bool, seed: in
     with show.status(f"loading {model_config.model} ..."):
         lm = model_config.load()
     bar = progress(show)
-    state = {}
+    results = []
+    for task, settings in jobs:
+        state = {}
 
-    def on_start(todo: int, skipped: int) -> None:
-        if skipped:
-            show.print(f"[dim]{skipped} cell(s) already in {out}: skipped (use --no-resume to redo)[/]")
-        state["task"] = bar.add_task(task, total=todo)
-        bar.start()
+        def on_start(todo: int, skipped: int, task=task, state=state) -> None:
+            if skipped:
+                show.print(f"[dim]{task}: {skipped} cell(s) already in {out}: skipped (use --no-resume to redo)[/]")
+            state["bar"] = bar.add_task(task, total=todo)
+            bar.start()
 
-    def on_cell(cell, rows) -> None:
-        bar.update(state["task"], advance=1, description=f"{task}: {cell.label()}")
+        def on_cell(cell, rows, state=state) -> None:
+            bar.update(state["bar"], advance=1, description=cell.label())
 
-    try:
-        result = run_task(
-            lm, task, settings, out=target, resume=resume, seed=seed, on_start=on_start, on_cell=on_cell,
-            shard=(w.rank, w.size) if w.active else None,
-        )
-    finally:
-        bar.stop()
-    records = result.records
+        try:
+            results.append(run_task(
+                lm, task, settings, out=target, resume=resume if not results else True, seed=seed,
+                on_start=on_start, on_cell=on_cell, shard=(w.rank, w.size) if w.active else None,
+            ))  # fmt: skip
+        finally:
+            bar.stop()
+    records = [r for res in results for r in res.records]
     if w.active:
         distributed.barrier(w)
         if w.rank == 0:
             distributed.merge(out, keep_existing=resume)
-            records = read_records(out)
+            keys = {cell_key(r) for r in records}
+            records = [r for r in read_records(out) if cell_key(r) in keys] if w.rank == 0 else records
         distributed.barrier(w)
         distributed.finish(w)
-    for note in result.notes:
+    for note in (n for res in results for n in res.notes):
         show.print(f"[yellow]note:[/] {note}")
     for table in summary_tables(records, lm.geometry.trained_len):
         show.print(table)
-    show.print(f"[dim]{result.ran} cell(s) run, {result.skipped} resumed, {result.failed} failed -> {out}[/]")
+    ran, skipped, failed = (sum(getattr(r, k) for r in results) for k in ("ran", "skipped", "failed"))
+    show.print(f"[dim]{ran} cell(s) run, {skipped} resumed, {failed} failed -> {out}[/]")
 
 
 @app.command()
@@ -103,22 +106,22 @@ def ppl(
     model: str = MODEL,
     method: str = METHOD,
     factor: str = FACTOR,
-    length: Optional[str] = typer.Option(None, "--len", "-l", help="comma list of lengths (16k = 16384); default L/2,L,2L,4L"),
-    stride: Optional[str] = typer.Option(None, "--stride", help="window stride (default = length: one window per document)"),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus"),
+    length: str | None = typer.Option(None, "--len", "-l", help="comma list of lengths (16k = 16384); default L/2,L,2L,4L"),
+    stride: str | None = typer.Option(None, "--stride", help="window stride (default = length: one window per document)"),
+    dataset: str | None = typer.Option(None, "--dataset", help="HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus"),
     split: str = typer.Option("test", "--split", help="dataset split"),
     text_column: str = typer.Option("text", "--text-column", help="column holding the text"),
     docs: int = typer.Option(4, "--docs", help="documents per length (the first ones long enough)"),
     out: str = typer.Option("ctxbench-ppl.csv", "--out", "-o", help="results CSV (appended; finished cells are skipped)"),
-    param: Optional[list[str]] = PARAM,
+    param: list[str] | None = PARAM,
     seed: int = SEED,
     resume: bool = RESUME,
     device: str = DEVICE,
     dtype: str = DTYPE,
     attn: str = ATTN,
     trust_remote_code: bool = TRUST,
-    device_map: Optional[str] = DEVICE_MAP,
-    quantization: Optional[str] = QUANT,
+    device_map: str | None = DEVICE_MAP,
+    quantization: str | None = QUANT,
 ) -> None:
     """Sliding-window perplexity over methods x factors x lengths."""
     from .api import build_settings
@@ -133,7 +136,7 @@ def ppl(
 
     check_settings(settings)
     check_local_dataset(dataset, text_column)  # fail before the model loads
-    _execute("ppl", _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), settings, out, resume, seed)
+    _execute([("ppl", settings)], _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), out, resume, seed)
 
 
 @app.command()
@@ -142,22 +145,22 @@ def passkey(
     method: str = METHOD,
     factor: str = FACTOR,
     length: str = typer.Option("4k,8k,16k", "--len", "-l", help="comma list of prompt lengths in tokens"),
-    depths: Optional[int] = typer.Option(None, "--depths", help="N evenly spaced depths in [0, 1] (default 5)"),
-    depth: Optional[str] = typer.Option(None, "--depth", help="explicit comma list of depths in [0, 1]"),
+    depths: int | None = typer.Option(None, "--depths", help="N evenly spaced depths in [0, 1] (default 5)"),
+    depth: str | None = typer.Option(None, "--depth", help="explicit comma list of depths in [0, 1]"),
     trials: int = typer.Option(2, "--trials", help="trials (random keys) per length and depth"),
     digits: int = typer.Option(5, "--digits", help="digits of the pass key"),
     chat: bool = typer.Option(False, "--chat/--raw", help="wrap the prompt in the model's chat template"),
     out: str = typer.Option("ctxbench-passkey.csv", "--out", "-o", help="results CSV (appended; finished cells are skipped)"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="directory for a heatmap PNG per method"),
-    param: Optional[list[str]] = PARAM,
+    plot: str | None = typer.Option(None, "--plot", help="directory for a heatmap PNG per method"),
+    param: list[str] | None = PARAM,
     seed: int = SEED,
     resume: bool = RESUME,
     device: str = DEVICE,
     dtype: str = DTYPE,
     attn: str = ATTN,
     trust_remote_code: bool = TRUST,
-    device_map: Optional[str] = DEVICE_MAP,
-    quantization: Optional[str] = QUANT,
+    device_map: str | None = DEVICE_MAP,
+    quantization: str | None = QUANT,
 ) -> None:
     """Passkey retrieval over lengths x depths x methods."""
     from .api import build_settings
@@ -171,7 +174,7 @@ def passkey(
     check_settings(settings)
     if plot:
         _check_plot_dir(plot)
-    _execute("passkey", _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), settings, out, resume, seed)
+    _execute([("passkey", settings)], _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), out, resume, seed)
     if plot:
         from .report import write_plots
         from .results import read_records
@@ -213,12 +216,12 @@ def methods() -> None:
 def freqs(
     method: str = typer.Option(..., "--method", help="method name"),
     factor: str = typer.Option("1", "--factor", "-f", help="scale factor >= 1"),
-    length: Optional[str] = typer.Option(None, "--len", "-l", help="sequence length l for dynamic methods (default: factor x L)"),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="read the geometry from this model's config"),
-    head_dim: Optional[int] = typer.Option(None, "--head-dim", help="rotary dims d (without --model)"),
-    base: Optional[float] = typer.Option(None, "--base", help="rope base b (without --model)"),
-    trained_len: Optional[str] = typer.Option(None, "--trained-len", help="trained context L (without --model)"),
-    param: Optional[list[str]] = PARAM,
+    length: str | None = typer.Option(None, "--len", "-l", help="sequence length l for dynamic methods (default: factor x L)"),
+    model: str | None = typer.Option(None, "--model", "-m", help="read the geometry from this model's config"),
+    head_dim: int | None = typer.Option(None, "--head-dim", help="rotary dims d (without --model)"),
+    base: float | None = typer.Option(None, "--base", help="rope base b (without --model)"),
+    trained_len: str | None = typer.Option(None, "--trained-len", help="trained context L (without --model)"),
+    param: list[str] | None = PARAM,
     fmt: str = typer.Option("table", "--format", help="table | csv"),
     trust_remote_code: bool = TRUST,
 ) -> None:
@@ -263,10 +266,113 @@ def freqs(
     console.print(table)
 
 
+# ---- grids, reports and regression gates -----------------------------------------------------
+
+
+@app.command()
+def sweep(
+    suite: str = typer.Argument(..., help="TOML suite file, e.g. tasks/quick.toml"),
+    out: str | None = typer.Option(None, "--out", "-o", help="results CSV (default: the suite's `out`, else results.csv)"),
+    resume: bool = RESUME,
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the grid and a rough cost; load nothing"),
+    device: str | None = typer.Option(None, "--device", help="override the suite's device"),
+) -> None:
+    """Every cell of a suite file, model loaded once, resumable."""
+    from .suite import load_suite, plan
+
+    spec = load_suite(suite)
+    target = out or spec.out or "results.csv"
+    if dry_run:
+        from rich.table import Table
+
+        rows = plan(spec)
+        table = Table(title=f"{suite}: {spec.model} -> {target} (rough cost: default model, 2-core CPU)")
+        for col in ("task", "method", "factor", "lengths", "cells", "tokens", "~seconds"):
+            table.add_column(col, justify="right" if col in ("cells", "tokens", "~seconds") else "left")
+        for r in rows:
+            table.add_row(r["task"], r["method"], f"{r['factor']:g}", ",".join(str(n) for n in r["lengths"]),
+                          str(r["cells"]), f"{r['tokens']:,}", f"{r['seconds']:,}")  # fmt: skip
+        console.print(table)
+        total = sum(r["seconds"] for r in rows)
+        console.print(f"{sum(r['cells'] for r in rows)} cells, about {total / 60:.0f} min on a 2-core CPU")
+        return
+    config = _model_config(spec.model, device or spec.device, spec.dtype, spec.attn, spec.trust_remote_code, None, None)
+    _execute(spec.jobs, config, target, resume, spec.seed)
+
+
+@app.command()
+def compare(
+    base: str = typer.Argument(..., help="baseline results CSV"),
+    new: str = typer.Argument(..., help="new results CSV"),
+    rtol: float = typer.Option(0.02, "--rtol", help="tolerance: relative for ppl, absolute for accuracy"),
+    fmt: str = typer.Option("table", "--format", help="table | markdown"),
+) -> None:
+    """Per-cell change between two results files; exit 1 if anything got worse."""
+    from .compare import compare as run_compare
+    from .compare import failed, to_markdown
+
+    if fmt not in ("table", "markdown"):
+        raise UserError(f"unknown --format '{fmt}'", "use table or markdown")
+    changes, notes = run_compare(base, new, rtol)
+    if fmt == "markdown":
+        sys.stdout.write(to_markdown(changes, notes, rtol))
+    else:
+        from rich.table import Table
+
+        colour = {"worse": "red", "missing": "red", "failed": "red", "better": "green", "new": "cyan", "ok": ""}
+        table = Table(title=f"{base} -> {new} (rtol {rtol:g})")
+        for col in ("task", "method", "factor", "length", "depth", "metric", "base", "new", "change", "status"):
+            table.add_column(col)
+        from .compare import _fmt, _pct
+
+        for c in changes:
+            k = c.key
+            style = colour[c.status]
+            status = f"[{style}]{c.status}[/]" if style else c.status
+            table.add_row(k["task"], k["method"], k["factor"], k["length"], k["depth"] or "—", k["metric"],
+                          _fmt(c.base), _fmt(c.new), _pct(c), status)  # fmt: skip
+        console.print(table)
+        for note in notes:
+            console.print(f"[yellow]note:[/] {note}")
+    if failed(changes):
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    files: list[str] = typer.Argument(..., help="one or more results CSVs"),
+    plot: str | None = typer.Option(None, "--plot", help="directory for PNG plots"),
+    fmt: str = typer.Option("table", "--format", help="table | markdown | csv"),
+) -> None:
+    """Summary tables and plots from results files."""
+    from .api import load_results
+    from .report import to_csv, to_markdown, write_plots
+
+    if fmt not in ("table", "markdown", "csv"):
+        raise UserError(f"unknown --format '{fmt}'", "use table, markdown or csv")
+    if plot:
+        _check_plot_dir(plot)
+    frame = load_results(*files)
+    if fmt == "markdown":
+        sys.stdout.write(to_markdown(frame))
+    elif fmt == "csv":
+        sys.stdout.write(to_csv(frame))
+    else:
+        from .display import summary_tables
+
+        for table in summary_tables(frame):
+            console.print(table)
+    if plot:
+        for path in write_plots(frame, plot):
+            console.print(f"plot: {path}")
+
+
 def main() -> None:
     """Entry point: user errors -> one line and exit 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # returns the code of a typer.Exit in this mode
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except UserError as exc:
         err.print(exc.line(), markup=False)
         sys.exit(2)

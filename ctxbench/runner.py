@@ -130,7 +130,7 @@ def run_task(
                 stride=cell.stride if cell.stride is not None else "", depth=cell.depth if cell.depth is not None else "",
                 trial=m.trial, doc=m.doc, metric=m.metric, value=m.value, tokens=m.tokens, seconds=m.seconds,
                 status=m.status, method_params=params[(cell.method, cell.factor)], mode=m.mode, answer=m.answer,
-                extra=json.dumps(m.extra, sort_keys=True) if m.extra else "", **provenance,
+                extra=json.dumps({**m.extra, "trained_len": lm.geometry.trained_len}, sort_keys=True), **provenance,
             )
             for m in measurements
         ]

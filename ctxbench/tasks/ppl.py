@@ -16,6 +16,7 @@ loss at every shorter length too.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class Context:
     chosen: dict[int, list[int]]  # length -> document indices
     skipped: dict[int, int]  # length -> shorter documents passed over
     notes: list[str]
+    corpus_digest: str = ""
 
 
 def default_lengths(trained_len: int) -> list[int]:
@@ -101,7 +103,11 @@ def prepare(lm: LoadedModel, settings: Settings) -> Context:
     for n in lengths:
         last = chosen[n][-1]
         skipped[n] = sum(1 for i in range(last + 1) if len(tokens[i]) < n)
-    return Context(corpus.name, corpus.digest, tokens, lengths, chosen, skipped, notes)
+    # The digest covers the corpus and which of its documents are scored, so changing --docs
+    # (or the lengths, which change the selection) makes new cells rather than resuming old ones.
+    picked = sorted({i for n in lengths for i in chosen[n]})
+    digest = hashlib.sha256((corpus.digest + "|" + "|".join(corpus.names[i] for i in picked)).encode()).hexdigest()[:16]
+    return Context(corpus.name, "sha256:" + digest, tokens, lengths, chosen, skipped, notes, corpus.digest)
 
 
 def cells(settings: Settings, ctx: Context) -> list[Cell]:
@@ -164,7 +170,7 @@ def run_group(lm: LoadedModel, ctx: Context, group: list[Cell], settings: Settin
             docs.append((ctx.tokens.corpus.names[i], nll))
             seconds, peak, pass_tokens = seconds + m.seconds, max(peak, m.peak_mb), pass_tokens + len(ids)
     mode = "sliding" if sliding else "truncate"
-    extra = {"skipped_docs": ctx.skipped[cell.length]}
+    extra = {"skipped_docs": ctx.skipped[cell.length], "corpus_digest": ctx.corpus_digest}
     yield cell, _summary(cell, docs, seconds, pass_tokens, peak, mode, extra)
 
 
@@ -192,5 +198,5 @@ def _shared_pass(lm: LoadedModel, ctx: Context, group: list[Cell], settings: Set
         seconds = sum(cost[i][0] for i in ctx.chosen[n])
         peak = max(cost[i][1] for i in ctx.chosen[n])
         pass_tokens = sum(cost[i][2] for i in ctx.chosen[n])
-        extra = {"skipped_docs": ctx.skipped[n], "pass_lengths": sorted({need[i] for i in ctx.chosen[n]})}
+        extra = {"skipped_docs": ctx.skipped[n], "pass_lengths": sorted({need[i] for i in ctx.chosen[n]}), "corpus_digest": ctx.corpus_digest}
         yield cell, _summary(cell, docs, seconds, pass_tokens, peak, "truncate", extra)

@@ -1,0 +1,79 @@
+"""`ctxbench compare`: exit codes on crafted files and markdown for a CI summary."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from ctxbench.results import COLUMNS, write_records
+
+
+def _row(task="ppl", method="none", length=4096, value=10.0, metric=None, status="ok", depth=""):
+    metric = metric or ("ppl" if task == "ppl" else "accuracy")
+    row = {c: "" for c in COLUMNS}
+    row.update(
+        run_id="r", time="t", model="m", model_digest="md", dataset="d", data_digest="dd", task=task, method=method,
+        factor=2.0, length=length, stride=length if task == "ppl" else "", depth=depth, metric=metric, value=value,
+        status=status, seed=0, method_params="{}", doc="all" if task == "ppl" else "", trial="all" if task == "passkey" else "",
+    )
+    return row
+
+
+def _files(tmp_path, base_rows, new_rows):
+    base, new = tmp_path / "base.csv", tmp_path / "new.csv"
+    write_records(base, base_rows)
+    write_records(new, new_rows)
+    return str(base), str(new)
+
+
+def _compare(*args):
+    return subprocess.run(["ctxbench", "compare", *args], capture_output=True, text=True, timeout=120)
+
+
+BASE = [_row(), _row(length=8192, value=20.0), _row(task="passkey", value=1.0, depth=0.5)]
+
+
+@pytest.mark.parametrize(
+    "new,code",
+    [
+        (BASE, 0),
+        ([_row(value=10.5), *BASE[1:]], 1),  # ppl up 5% > 2%
+        ([_row(value=10.1), *BASE[1:]], 0),  # ppl up 1%: within tolerance
+        ([_row(value=9.0), *BASE[1:]], 0),  # better
+        ([*BASE[:2], _row(task="passkey", value=0.5, depth=0.5)], 1),  # accuracy down
+        (BASE[:2], 1),  # a baseline cell is missing
+        ([_row(metric="error", value="", status="oom"), *BASE[1:]], 1),  # failed in NEW
+        ([*BASE, _row(method="yarn")], 0),  # a new cell is not a regression
+    ],
+)
+def test_exit_code_says_whether_anything_got_worse(tmp_path, new, code):
+    proc = _compare(*_files(tmp_path, BASE, new))
+    assert proc.returncode == code, proc.stdout + proc.stderr
+
+
+def test_rtol_widens_the_tolerance(tmp_path):
+    base, new = _files(tmp_path, BASE, [_row(value=10.5), *BASE[1:]])
+    assert _compare(base, new, "--rtol", "0.1").returncode == 0
+
+
+def test_markdown_is_a_table_for_the_job_summary(tmp_path):
+    proc = _compare(*_files(tmp_path, BASE, [_row(value=11.0), *BASE[1:]]), "--format", "markdown")
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("### ctxbench compare: FAIL")
+    assert any(line.startswith("| ppl | none | 2 | 4096 |") and "+10.00%" in line and "**worse**" in line for line in lines)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "foreign", "missing"])
+def test_bad_files_exit_2_and_stay_untouched(tmp_path, kind):
+    base, _ = _files(tmp_path, BASE, BASE)
+    bad = tmp_path / "bad.csv"
+    if kind == "truncated":
+        bad.write_text(",".join(COLUMNS) + "\n" + "x," * 5)
+    elif kind == "foreign":
+        bad.write_text("a,b\n1,2\n")
+    before = bad.read_bytes() if bad.exists() else None
+    proc = _compare(base, str(bad))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ")
+    assert (bad.read_bytes() if bad.exists() else None) == before
