@@ -78,6 +78,7 @@ def write_plots(records_or_frame, directory: str | Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -97,7 +98,10 @@ def write_plots(records_or_frame, directory: str | Path) -> list[Path]:
         ax.set_yscale("log")
         lengths = sorted(part["length"].astype(int).unique())
         ax.set_xticks(lengths, [_len_label(n) for n in lengths])
-        ax.minorticks_off()
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+        ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_locator(ticker.NullLocator())
         if trained:
             ax.axvline(trained, color="grey", linestyle="--", linewidth=1)
             ax.text(trained, ax.get_ylim()[1], f" trained {_len_label(trained)}", va="top", ha="left", color="grey", fontsize=8)
