@@ -94,7 +94,7 @@ def _execute(jobs: list[tuple[str, object]], model_config, out: str, resume: boo
         distributed.barrier(w)
         distributed.finish(w)
     for note in (n for res in results for n in res.notes):
-        show.print(f"[yellow]note:[/] {note}")
+        show.print(f"[yellow]{'' if note.startswith('warning:') else 'note: '}{note}[/]", markup=True)
     for table in summary_tables(records, lm.geometry.trained_len):
         show.print(table)
     ran, skipped, failed = (sum(getattr(r, k) for r in results) for k in ("ran", "skipped", "failed"))

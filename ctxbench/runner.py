@@ -122,6 +122,15 @@ def run_task(
         if (c.method, c.factor) not in params:
             params[(c.method, c.factor)] = json.dumps(effective_params(c.method, lm.geometry, c.factor), sort_keys=True)
 
+    outcome_notes = list(getattr(ctx, "notes", []))
+    for cell in grid:
+        window = json.loads(params[(cell.method, cell.factor)]).get("window")
+        if cell.method.attention is not None and window is not None and window >= cell.length:
+            note = (f"warning: {cell.method.name} window {window} >= length {cell.length}: no relative position reaches "
+                    f"the window, so it equals plain RoPE there — use a smaller --param window")  # fmt: skip
+            if note not in outcome_notes:
+                outcome_notes.append(note)
+
     def rows_for(cell: Cell, measurements: list[Measurement]) -> list[Row]:
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         return [
@@ -142,7 +151,7 @@ def run_task(
     todo_groups = [[c for c in g if key_of(c) not in done] for g in groups]
     todo_groups = [g for g in todo_groups if g]
     todo = sum(len(g) for g in todo_groups)
-    outcome = RunResult(records=[], skipped=len(grid) - todo, notes=list(getattr(ctx, "notes", [])))
+    outcome = RunResult(records=[], skipped=len(grid) - todo, notes=outcome_notes)
     if on_start:
         on_start(todo, outcome.skipped)
     for group in todo_groups:

@@ -188,3 +188,20 @@ def test_default_parameters_follow_the_trained_length_and_factor(tiny_lm):
     se = effective_params(resolve("self-extend"), geom, 4.0)
     p = relative_positions("self-extend", 4 * 64, se["window"], group=se["group"])
     assert p.max().item() <= 64
+
+
+def test_window_at_or_above_the_length_warns_that_the_method_is_a_no_op(tiny_lm, corpus_dir):
+    from ctxbench.runner import run_task
+    from ctxbench.tasks import ppl
+
+    settings = ppl.Settings(methods=[resolve("rerope", {"window": 100})], factors=[2.0], lengths=[64, 128], dataset=str(corpus_dir), docs=1)
+    notes = run_task(tiny_lm, "ppl", settings).notes
+    assert any("window 100 >= length 64" in n and "equals plain RoPE" in n for n in notes)
+    assert not any("length 128" in n for n in notes)
+
+
+def test_window_of_zero_is_a_user_error(tiny_lm):
+    from ctxbench.errors import UserError
+
+    with pytest.raises(UserError, match="window 0 must be >= 1"):
+        effective_params(resolve("rerope", {"window": 0}), tiny_lm.geometry, 2.0)
