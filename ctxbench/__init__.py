@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from .api import load_results, run  # noqa: E402
+from .api import load_model, load_results, run, sweep  # noqa: E402
 
-__all__ = ["__version__", "run", "load_results"]
+__all__ = ["__version__", "run", "sweep", "load_model", "load_results"]

@@ -90,6 +90,19 @@ def run(
     return to_frame(result.records)
 
 
+def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model: LoadedModel | None = None) -> pd.DataFrame:
+    """Run every job of a suite file (model loaded once, or the given one); returns all rows."""
+    from .suite import load_suite
+
+    spec = load_suite(suite)
+    lm = model or load(spec.model, device=spec.device, dtype=spec.dtype, trust_remote_code=spec.trust_remote_code, attn=spec.attn)
+    target = out if out is not None else spec.out
+    records = []
+    for task, settings in spec.jobs:
+        records += run_task(lm, task, settings, out=target, resume=resume, seed=spec.seed).records
+    return to_frame(records)
+
+
 def to_frame(records: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(records, columns=COLUMNS) if records else pd.DataFrame(columns=COLUMNS)
     for col in ("factor", "value", "seconds"):

@@ -1,0 +1,28 @@
+"""The Python API returns tidy DataFrames; the CLI is a layer over it."""
+
+from __future__ import annotations
+
+import ctxbench
+from ctxbench.results import COLUMNS
+
+
+def test_run_returns_a_dataframe_with_the_schema(tiny_lm, corpus_dir, tmp_path):
+    df = ctxbench.run("ppl", tiny_lm, method="none,yarn", factor=2, length="32,64", dataset=str(corpus_dir), docs=1, out=tmp_path / "a.csv")
+    assert list(df.columns) == COLUMNS
+    agg = df[(df.doc == "all") & (df.metric == "ppl")]
+    assert sorted(zip(agg.method, agg.length, strict=True)) == [("none", 32), ("none", 64), ("yarn", 32), ("yarn", 64)]
+    assert df.value.dtype.kind == "f"
+
+
+def test_load_results_reads_what_run_wrote(tiny_lm, corpus_dir, tmp_path):
+    df = ctxbench.run("ppl", tiny_lm, method="ntk", factor=2, length="32", dataset=str(corpus_dir), docs=1, out=tmp_path / "a.csv")
+    again = ctxbench.load_results(tmp_path / "a.csv")
+    assert again.value.tolist() == df.value.tolist()
+
+
+def test_sweep_runs_a_suite_on_a_given_model(tiny_lm, corpus_dir, tmp_path):
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'[[methods]]\\nname = "none"\\n[ppl]\\nlengths = ["32"]\\ndataset = "{corpus_dir}"\\ndocs = 1\\n'
+                     '[passkey]\\nlengths = ["300"]\\ndepths = [0.5]\\ntrials = 1\\n')  # fmt: skip
+    df = ctxbench.sweep(suite, out=tmp_path / "o.csv", model=tiny_lm)
+    assert set(df.task) == {"ppl", "passkey"}
