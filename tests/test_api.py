@@ -22,7 +22,7 @@ def test_load_results_reads_what_run_wrote(tiny_lm, corpus_dir, tmp_path):
 
 def test_sweep_runs_a_suite_on_a_given_model(tiny_lm, corpus_dir, tmp_path):
     suite = tmp_path / "s.toml"
-    suite.write_text(f'[[methods]]\\nname = "none"\\n[ppl]\\nlengths = ["32"]\\ndataset = "{corpus_dir}"\\ndocs = 1\\n'
-                     '[passkey]\\nlengths = ["300"]\\ndepths = [0.5]\\ntrials = 1\\n')  # fmt: skip
+    suite.write_text(f'[[methods]]\nname = "none"\n[ppl]\nlengths = ["32"]\ndataset = "{corpus_dir}"\ndocs = 1\n'
+                     '[passkey]\nlengths = ["300"]\ndepths = [0.5]\ntrials = 1\n')  # fmt: skip
     df = ctxbench.sweep(suite, out=tmp_path / "o.csv", model=tiny_lm)
     assert set(df.task) == {"ppl", "passkey"}
