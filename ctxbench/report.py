@@ -119,7 +119,7 @@ def write_plots(records_or_frame, directory: str | Path) -> list[Path]:
     pk["depth"] = pd.to_numeric(pk["depth"], errors="coerce")
     for (model, method, factor), part in pk.groupby(["model", "method", "factor"], sort=True):
         table = part.pivot_table(index="depth", columns="length", values="value", aggfunc="mean").sort_index(ascending=False)
-        fig, ax = plt.subplots(figsize=(1.2 + 1.1 * table.shape[1], 1.2 + 0.6 * table.shape[0]), dpi=120)
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.8 + 1.1 * table.shape[1]), max(3.0, 1.4 + 0.6 * table.shape[0])), dpi=120)
         image = ax.imshow(table.values, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
         ax.set_xticks(range(table.shape[1]), [_len_label(c) for c in table.columns])
         ax.set_yticks(range(table.shape[0]), [f"{d:.0%}" for d in table.index])
