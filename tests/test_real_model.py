@@ -62,3 +62,15 @@ def test_default_model_finds_the_passkey_at_2k_with_plain_rope(real_lm):
     trials = [r for r in records if r["metric"] == "correct"]
     assert len(trials) == 6
     assert all(r["value"] == "1" for r in trials), [(r["depth"], r["answer"]) for r in trials]
+
+
+def test_cached_dequantised_weights_give_the_gguf_logits(real_lm, monkeypatch):
+    from ctxbench.models import load
+
+    monkeypatch.setenv("CTXBENCH_NO_MODEL_CACHE", "1")
+    fresh = load("smollm2-135m", device="cpu", dtype="float32")  # straight from the GGUF file
+    ids = torch.randint(0, 49152, (1, 64))
+    with torch.no_grad():
+        assert torch.equal(fresh.model(ids).logits, real_lm.model(ids).logits)
+    assert fresh.digest == real_lm.digest
+    assert fresh.tokenizer("def f(x):\n  return x")["input_ids"] == real_lm.tokenizer("def f(x):\n  return x")["input_ids"]
