@@ -140,12 +140,8 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
 def write_records(path: str | Path, records: Iterable[dict]) -> None:
     """Write rows atomically: temp file in the same directory, fsync, rename."""
     path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UserError(f"output directory '{parent}' does not exist", f"create it first (mkdir -p {parent}) or choose another --out")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"cannot write '{path}': permission denied", "choose a writable --out path")
-    tmp = parent / f".{path.name}.{os.getpid()}.tmp"
+    check_writable(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     try:
         with tmp.open("w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
