@@ -1,126 +1,259 @@
-"""A model patched in place by ctxbench gives the logits of the same weights loaded with the
-equivalent native ``rope_parameters``, and is restored exactly afterwards."""
+"""Patching a loaded model in place, checked against references.
+
+* Frequency methods: a model patched by ctxbench gives the logits of the same weights loaded with
+  the equivalent native ``rope_parameters`` (Llama, Qwen2, and GPT-NeoX with partial rotary).
+* Restore: after the block the model is exactly what it was.
+* Attention-level methods: a naive reference attention written here (full score matrix from an
+  explicit relative-position matrix, float64, registered through transformers' AttentionInterface
+  while the model's rotary module is set to the identity) against ctxbench's blocked two-branch
+  attention, at four times the trained length, with grouped-query attention.
+"""
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
+import math
+from contextlib import contextmanager
+
+import numpy as np
 import pytest
 import torch
-from conftest import TRAINED, tiny_llama
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from conftest import TRAINED
+from transformers import (
+    AttentionInterface,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from ctxbench import attention
 from ctxbench.errors import UserError
 from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import resolve
 from ctxbench.patching import applied, rotary_modules
 
-N = 3 * TRAINED + 8
+N = 4 * TRAINED  # sequence length of every check: four times the trained context (64)
 FACTOR = 4.0
-HALF = 8  # rotary pairs of the tiny Llama/Qwen2 (head dim 16)
+VOCAB = 258
+INIT = 0.1  # weights large enough that positions change the logits by O(1), so 1e-5 means something
 
 
-def _neox(rope):
-    cfg = GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=258,
-                        max_position_embeddings=TRAINED, rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": 0.5, **rope})  # fmt: skip
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matmuls are ~50x slower with 2 threads on a shared 2-core box; restore afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _finish(model_cls, cfg):
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    return GPTNeoXForCausalLM(cfg).eval()
+    return model_cls(cfg).eval()
 
 
-def _qwen2(rope):
-    cfg = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      vocab_size=258, max_position_embeddings=TRAINED, rope_parameters={"rope_theta": 10000.0, **rope})  # fmt: skip
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(cfg).eval()
+def llama(rope: dict | None = None, max_pos: int = TRAINED) -> LlamaForCausalLM:
+    """2 layers, 4 query heads sharing 2 key/value heads (GQA), head dim 16 (8 rotary pairs)."""
+    cfg = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=VOCAB, max_position_embeddings=max_pos, initializer_range=INIT,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        rope_parameters={"rope_theta": 10000.0, **(rope or {"rope_type": "default"})},
+    )  # fmt: skip
+    return _finish(LlamaForCausalLM, cfg)
 
 
-def _llama(rope):
-    return tiny_llama({"rope_theta": 10000.0, **rope})
+def qwen2(rope: dict | None = None, max_pos: int = TRAINED) -> Qwen2ForCausalLM:
+    cfg = Qwen2Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=VOCAB, max_position_embeddings=max_pos, initializer_range=INIT,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        rope_parameters={"rope_theta": 10000.0, **(rope or {"rope_type": "default"})},
+    )  # fmt: skip
+    return _finish(Qwen2ForCausalLM, cfg)
 
 
-FAMILIES = {"llama": _llama, "qwen2": _qwen2, "gpt_neox": _neox}
-LONG = [1.0 + 0.5 * i for i in range(HALF)]
-NATIVE = {
-    "linear": {"rope_type": "linear", "factor": FACTOR},
-    "dynamic-ntk": {"rope_type": "dynamic", "factor": FACTOR},
-    "yarn": {"rope_type": "yarn", "factor": FACTOR, "original_max_position_embeddings": TRAINED},
-    "llama3": {"rope_type": "llama3", "factor": FACTOR, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": TRAINED},
-}
+def neox(rope: dict | None = None, max_pos: int = TRAINED) -> GPTNeoXForCausalLM:
+    """Head dim 32, partial rotary 0.25: only the first 8 dims (4 pairs) are rotated; no GQA."""
+    cfg = GPTNeoXConfig(
+        hidden_size=128, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=VOCAB,
+        max_position_embeddings=max_pos, initializer_range=INIT, bos_token_id=None, eos_token_id=None,
+        rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": 0.25, **(rope or {"rope_type": "default"})},
+    )  # fmt: skip
+    return _finish(GPTNeoXForCausalLM, cfg)
+
+
+FAMILIES = {"llama": llama, "qwen2": qwen2, "gpt_neox": neox}
+PAIRS = {"llama": 8, "qwen2": 8, "gpt_neox": 4}
+
+
+def geometry(model) -> RopeGeometry:
+    return RopeGeometry.from_config(model.config)
+
+
+def logits(model, ids, **kwargs) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids, **kwargs).logits
+
+
+def patched_logits(model, spec, ids, factor=FACTOR, params=None, seq_len=None):
+    with applied(model, geometry(model), resolve(spec, params), factor, seq_len or ids.shape[1]):
+        return logits(model, ids)
+
+
+def assert_close(got, want, atol=1e-5):
+    diff = (got - want).abs().max().item()
+    assert diff <= atol, f"max abs diff {diff:.3g} > {atol}"
 
 
 @pytest.fixture
 def ids():
     torch.manual_seed(3)
-    return torch.randint(0, 258, (1, N))
+    return torch.randint(0, VOCAB, (1, N))
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt_neox"])
-@pytest.mark.parametrize("method", list(NATIVE))
-def test_patched_model_matches_native_rope_parameters(family, method, ids):
+# --- frequency methods against native rope_parameters -----------------------------------------
+
+
+def native_rope(method: str, pairs: int) -> dict:
+    long = [1.0 + 0.75 * i for i in range(pairs)]
+    short = [1.0 + 0.05 * i for i in range(pairs)]
+    return {
+        "linear": {"rope_type": "linear", "factor": FACTOR},
+        "dynamic-ntk": {"rope_type": "dynamic", "factor": FACTOR},
+        "yarn": {"rope_type": "yarn", "factor": FACTOR, "original_max_position_embeddings": TRAINED},
+        "llama3": {"rope_type": "llama3", "factor": FACTOR, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": TRAINED},  # fmt: skip
+        "longrope": {"rope_type": "longrope", "factor": FACTOR, "long_factor": long, "short_factor": short,
+                     "original_max_position_embeddings": TRAINED},  # fmt: skip
+    }[method]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("method", ["linear", "dynamic-ntk", "yarn", "llama3", "longrope"])
+def test_patched_model_matches_the_same_weights_loaded_with_native_rope_parameters(family, method, ids, tmp_path):
     build = FAMILIES[family]
-    model = build({"rope_type": "default"})
-    native = build(NATIVE[method])
-    native.load_state_dict(model.state_dict())
-    geom = RopeGeometry.from_config(model.config)
-    with torch.no_grad(), applied(model, geom, resolve(method), FACTOR, N):
-        ours = model(ids).logits
-    with torch.no_grad():
-        theirs = native(ids).logits
-    assert torch.allclose(ours, theirs, atol=1e-5)
-
-
-def test_longrope_matches_native_with_factors_from_the_config(ids):
-    rope = {"rope_type": "longrope", "factor": FACTOR, "long_factor": LONG, "short_factor": [1.0] * HALF,
-            "original_max_position_embeddings": TRAINED}  # fmt: skip
-    native = tiny_llama({"rope_theta": 10000.0, **rope}, max_position_embeddings=int(TRAINED * FACTOR))
-    model = tiny_llama()
+    rope = native_rope(method, PAIRS[family])
+    # dynamic takes L from max_position_embeddings; the others from original_max_position_embeddings
+    native = build(rope, max_pos=TRAINED if method in ("linear", "dynamic-ntk") else int(TRAINED * FACTOR))
+    model = build()
     model.load_state_dict(native.state_dict())
-    geom = RopeGeometry.from_config(native.config)  # factors read from the model config
-    with torch.no_grad(), applied(model, geom, resolve("longrope"), FACTOR, N):
-        ours = model(ids).logits
-    with torch.no_grad():
-        theirs = native(ids).logits
-    assert torch.allclose(ours, theirs, atol=1e-5)
+    params = None
+    if method == "longrope":  # the plain model has no factors: give them as a file
+        path = tmp_path / "factors.json"
+        path.write_text(json.dumps({"long_factor": rope["long_factor"], "short_factor": rope["short_factor"]}))
+        params = {"factors": str(path)}
+    theirs = logits(native, ids)
+    ours = patched_logits(model, method, ids, params=params)
+    assert_close(ours, theirs)
+    assert (ours - logits(model, ids)).abs().max() > 1e-2  # the method changes the logits at all
+
+
+@pytest.mark.parametrize("seq_len", [TRAINED // 2, N])
+def test_longrope_factors_from_the_model_config_match_native_below_and_above_L(seq_len, ids):
+    native = llama(native_rope("longrope", 8), max_pos=int(TRAINED * FACTOR))
+    x = ids[:, :seq_len]
+    with applied(native, geometry(native), resolve("longrope"), FACTOR, seq_len):
+        ours = logits(native, x)
+    assert_close(ours, logits(native, x))
+
+
+def test_longrope_factors_given_as_a_list_match_native(ids):
+    long = [1.0 + 0.5 * i for i in range(8)]
+    rope = {"rope_type": "longrope", "factor": FACTOR, "long_factor": long, "short_factor": long,
+            "original_max_position_embeddings": TRAINED}  # fmt: skip
+    native = llama(rope, max_pos=int(TRAINED * FACTOR))
+    model = llama()
+    assert_close(patched_logits(model, "longrope", ids, params={"factors": long}), logits(native, ids))
 
 
 def test_partial_rotary_geometry_is_read_from_the_config():
-    geom = RopeGeometry.from_config(_neox({"rope_type": "default"}).config)
-    assert (geom.head_dim, geom.rotary_dim) == (16, 8)
+    model = neox()
+    geom = geometry(model)
+    assert (geom.head_dim, geom.rotary_dim, geom.pairs, geom.trained_len) == (32, 8, 4, TRAINED)
+    assert [m.inv_freq.shape[-1] for m in rotary_modules(model)] == [geom.pairs]
 
 
-def test_exit_restores_the_original_buffers_and_logits(tiny_lm, ids):
-    model = tiny_lm.model
-    originals = [m.inv_freq for m in rotary_modules(model)]
-    with torch.no_grad():
-        before = model(ids).logits
-    for method in ("yarn", "dynamic-ntk", "rerope"):
-        with applied(model, tiny_lm.geometry, resolve(method), FACTOR, N):
-            pass
-    assert all(m.inv_freq is o for m, o in zip(rotary_modules(model), originals, strict=True))
-    assert all(m.attention_scaling == 1.0 for m in rotary_modules(model))
-    with torch.no_grad():
-        assert torch.equal(model(ids).logits, before)
+def test_partial_rotary_geometry_from_the_legacy_rotary_pct_field():
+    cfg = GPTNeoXConfig(hidden_size=256, num_attention_heads=4, rotary_pct=0.25, rotary_emb_base=10000, max_position_embeddings=2048)
+    geom = RopeGeometry.from_config(cfg)
+    assert (geom.head_dim, geom.rotary_dim, geom.base, geom.trained_len) == (64, 16, 10000.0, 2048)
 
 
-def test_an_error_inside_the_block_still_restores(tiny_lm, ids):
-    with torch.no_grad():
-        before = tiny_lm.model(ids).logits
-    with pytest.raises(RuntimeError), applied(tiny_lm.model, tiny_lm.geometry, resolve("yarn"), FACTOR, N):
+# --- restore ------------------------------------------------------------------------------------
+
+EVERY_KIND = [
+    ("linear", None), ("ntk", None), ("dynamic-ntk", None), ("yarn", None), ("llama3", None), ("longrope", {"factors": [2.0] * 8}),
+    ("rerope", {"window": 16}), ("leaky-rerope", {"window": 16, "k": 2.0}), ("self-extend", {"window": 16, "group": 4}),
+    ("logn", None), ("yarn+rerope", {"window": 16}),
+]  # fmt: skip
+
+
+def _state(model):
+    rotaries = rotary_modules(model)
+    return {
+        "inv_freq": [m.inv_freq for m in rotaries],
+        "scaling": [m.attention_scaling for m in rotaries],
+        "rope_type": [m.rope_type for m in rotaries],
+        "attn": model.config._attn_implementation,
+    }
+
+
+@pytest.mark.parametrize("spec,params", EVERY_KIND)
+def test_exit_restores_the_original_buffers_and_exact_logits(spec, params, ids):
+    model = llama()
+    before, state = logits(model, ids), _state(model)
+    during = patched_logits(model, spec, ids, params=params)
+    after = _state(model)
+    assert all(a is b for a, b in zip(after.pop("inv_freq"), state.pop("inv_freq"), strict=True))
+    assert after == state
+    assert not any(hasattr(m, "_ctxbench_plan") for m in model.modules())
+    assert torch.equal(logits(model, ids), before)
+    assert (during - before).abs().max() > 1e-2  # something was applied in between
+
+
+def test_methods_applied_in_sequence_leak_nothing(ids):
+    """Each method in a sequence on one model gives exactly what it gives on a fresh model."""
+    shared = llama()
+    for spec, params in EVERY_KIND:
+        fresh = llama()
+        assert torch.equal(patched_logits(shared, spec, ids, params=params), patched_logits(fresh, spec, ids, params=params)), spec
+
+
+@pytest.mark.parametrize("spec,params", [("yarn", None), ("self-extend", {"window": 16, "group": 4})])
+def test_an_exception_inside_the_block_still_restores(spec, params, ids):
+    model = llama()
+    before, state = logits(model, ids), _state(model)
+    with pytest.raises(RuntimeError, match="boom"), applied(model, geometry(model), resolve(spec, params), FACTOR, N):
+        logits(model, ids)
         raise RuntimeError("boom")
-    with torch.no_grad():
-        assert torch.equal(tiny_lm.model(ids).logits, before)
+    after = _state(model)
+    assert all(a is b for a, b in zip(after.pop("inv_freq"), state.pop("inv_freq"), strict=True))
+    assert after == state
+    assert torch.equal(logits(model, ids), before)
 
 
 def test_native_dynamic_update_does_not_fire_while_a_method_is_applied(ids):
-    dynamic = tiny_llama({"rope_theta": 10000.0, "rope_type": "dynamic", "factor": FACTOR})
-    plain = tiny_llama()
-    plain.load_state_dict(dynamic.state_dict())
-    geom = RopeGeometry.from_config(dynamic.config)
-    with torch.no_grad(), applied(dynamic, geom, resolve("none"), 1.0, N):
-        ours = dynamic(ids).logits
-    with torch.no_grad():
-        assert torch.allclose(ours, plain(ids).logits, atol=1e-6)
-        assert not torch.allclose(dynamic(ids).logits, plain(ids).logits, atol=1e-4)  # its own scaling is back
+    dynamic = llama({"rope_type": "dynamic", "factor": FACTOR})
+    plain = llama()
+    with applied(dynamic, geometry(dynamic), resolve("none"), 1.0, N):
+        ours = logits(dynamic, ids)
+    assert_close(ours, logits(plain, ids), atol=1e-6)
+    # afterwards the model's own dynamic scaling is back, as it was
+    assert_close(logits(dynamic, ids), logits(llama({"rope_type": "dynamic", "factor": FACTOR}), ids), atol=0)
+    assert (logits(dynamic, ids) - ours).abs().max() > 1e-2
+
+
+def test_native_dynamic_model_under_another_method_gets_exactly_that_method(ids):
+    dynamic = llama({"rope_type": "dynamic", "factor": FACTOR})
+    assert_close(patched_logits(dynamic, "yarn", ids), patched_logits(llama(), "yarn", ids), atol=1e-6)
 
 
 def test_model_without_rope_is_a_user_error():
@@ -131,3 +264,245 @@ def test_model_without_rope_is_a_user_error():
         RopeGeometry.from_config(model.config)
     with pytest.raises(UserError, match="no rotary embedding module"):
         rotary_modules(model)
+
+
+# --- attention-level methods against a naive reference -------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def relative_positions(kind: str, n: int, w: int = 0, k: float = 1.0, g: int = 1) -> torch.Tensor:
+    """P[i, j]: the relative position a method gives query i and key j <= i, one entry at a time."""
+    P = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1):
+            p = i - j
+            if kind == "rerope":
+                P[i, j] = min(p, w)
+            elif kind == "leaky-rerope":
+                P[i, j] = p if p < w else w + (p - w) / k
+            elif kind == "self-extend":
+                P[i, j] = p if p < w else (i // g + w - w // g) - j // g
+            else:  # plain RoPE (also logn)
+                P[i, j] = p
+    return torch.from_numpy(P)
+
+
+REFERENCE = {}  # what the naive attention computes for the current forward
+
+
+def naive_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Unrotated q (b, h, n, hd), k and v (b, kv, n, hd) -> (b, n, h, hd), all in float64.
+
+    score(i, j) = sum over rotary pairs t of
+        [(q1 k1 + q2 k2) cos(theta_t P[i,j]) + (q1 k2 - q2 k1) sin(theta_t P[i,j])] * scale**2
+      + q . k over the unrotated dims, times ``scaling`` (and log_L(i+1) for logn past L).
+    """
+    ref = REFERENCE
+    q, k, v = query.double(), key.double(), value.double()
+    b, h, n, hd = q.shape
+    kv_heads, half, rd = k.shape[1], ref["pairs"], 2 * ref["pairs"]
+    angle = ref["positions"][:n, :n, None] * ref["inv_freq"][None, None, :]  # (n, n, pairs)
+    cos, sin = angle.cos(), angle.sin()
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    out = torch.zeros(b, n, h, hd, dtype=torch.float64)
+    for head in range(h):
+        kv = head // (h // kv_heads)  # query heads share key/value heads in order
+        q1, q2, q_rest = q[:, head, :, :half], q[:, head, :, half:rd], q[:, head, :, rd:]
+        k1, k2, k_rest = k[:, kv, :, :half], k[:, kv, :, half:rd], k[:, kv, :, rd:]
+        same = q1[:, :, None] * k1[:, None] + q2[:, :, None] * k2[:, None]  # (b, n, n, pairs)
+        cross = q1[:, :, None] * k2[:, None] - q2[:, :, None] * k1[:, None]
+        scores = (same * cos + cross * sin).sum(-1) * ref["scale"] ** 2 + q_rest @ k_rest.transpose(-1, -2)
+        scores = scores * scaling
+        if ref["logn"]:
+            m = torch.arange(1, n + 1, dtype=torch.float64)
+            factor = torch.where(m > TRAINED, torch.log(m) / math.log(TRAINED), torch.ones_like(m))
+            scores = scores * factor[:, None]
+        probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+        out[:, :, head] = probs @ v[:, kv]
+    return out.to(query.dtype), None
+
+
+AttentionInterface.register("naive-reference", naive_attention)
+
+
+@contextmanager
+def reference(model, positions, inv_freq, scale=1.0, logn=False):
+    """Route the model's attention through :func:`naive_attention`, with the rotary module turned into
+    the identity (cos 1, sin 0) so q and k arrive unrotated."""
+    rotaries = [m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)]
+    saved = [(m, m.inv_freq) for m in rotaries]
+    impl = model.config._attn_implementation
+    REFERENCE.update(positions=positions, inv_freq=torch.as_tensor(inv_freq, dtype=torch.float64),
+                     pairs=len(inv_freq), scale=scale, logn=logn)  # fmt: skip
+    try:
+        for m, original in saved:
+            m.inv_freq = torch.zeros_like(original)
+        model.set_attn_implementation("naive-reference")
+        yield
+    finally:
+        for m, original in saved:
+            m.inv_freq = original
+        model.set_attn_implementation(impl)
+        REFERENCE.clear()
+
+
+def theta64(d: int, base: float) -> np.ndarray:
+    return np.array([base ** (-2.0 * i / d) for i in range(d // 2)])
+
+
+def reference_frequencies(model, freq: str) -> tuple[np.ndarray, float]:
+    """Frequencies and attention scale of the frequency part, computed independently of ctxbench."""
+    geom = geometry(model)
+    d, base = geom.rotary_dim, geom.base
+    if freq == "none":
+        return theta64(d, base), 1.0
+    if freq == "ntk":
+        return theta64(d, base * FACTOR ** (d / (d - 2))), 1.0
+    if freq == "yarn":
+        cfg = copy.deepcopy(model.config)
+        cfg.rope_parameters = {**cfg.rope_parameters, "rope_type": "yarn", "factor": FACTOR, "original_max_position_embeddings": TRAINED}
+        inv, scale = ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
+        return inv.double().numpy(), scale
+    raise ValueError(freq)
+
+
+def reference_logits(model, ids, kind, freq="none", w=0, k=1.0, g=1):
+    inv_freq, scale = reference_frequencies(model, freq)
+    positions = relative_positions("plain" if kind == "logn" else kind, ids.shape[1], w, k, g)
+    with reference(model, positions, inv_freq, scale, logn=kind == "logn"):
+        return logits(model, ids)
+
+
+ATTENTION_CASES = [
+    # (spec, ctxbench params, reference kind, frequency part, w, k, G)
+    ("rerope", {"window": 16}, "rerope", "none", 16, 1.0, 1),
+    ("rerope", {"window": 40}, "rerope", "none", 40, 1.0, 1),
+    ("leaky-rerope", {"window": 16, "k": 3.0}, "leaky-rerope", "none", 16, 3.0, 1),
+    ("leaky-rerope", {"window": 24, "k": 1.5}, "leaky-rerope", "none", 24, 1.5, 1),
+    ("self-extend", {"window": 16, "group": 4}, "self-extend", "none", 16, 1.0, 4),
+    ("self-extend", {"window": 24, "group": 3}, "self-extend", "none", 24, 1.0, 3),
+    ("self-extend", {"window": 8, "group": 8}, "self-extend", "none", 8, 1.0, 8),
+    ("logn", None, "logn", "none", 0, 1.0, 1),
+    ("ntk+logn", None, "logn", "ntk", 0, 1.0, 1),
+    ("yarn+rerope", {"window": 16}, "rerope", "yarn", 16, 1.0, 1),
+    ("ntk+self-extend", {"window": 16, "group": 4}, "self-extend", "ntk", 16, 1.0, 4),
+]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox"])
+def test_naive_reference_with_plain_positions_is_the_unpatched_model(family, ids):
+    """The reference itself is right: plain RoPE positions give transformers' own logits."""
+    model = FAMILIES[family]()
+    assert_close(reference_logits(model, ids, "plain"), logits(model, ids))
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox"])
+@pytest.mark.parametrize("spec,params,kind,freq,w,k,g", ATTENTION_CASES)
+def test_attention_method_matches_the_naive_reference(family, spec, params, kind, freq, w, k, g, ids):
+    model = FAMILIES[family]()
+    want = reference_logits(model, ids, kind, freq, w, k, g)
+    got = patched_logits(model, spec, ids, params=params)
+    assert_close(got, want)
+    assert (want - reference_logits(model, ids, "plain")).abs().max() > 1e-2  # both branches matter here
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox"])
+@pytest.mark.parametrize("spec,params", [("rerope", {"window": N}), ("rerope", {"window": 10 * N}),
+                                         ("self-extend", {"window": N, "group": 4}), ("leaky-rerope", {"window": N, "k": 3.0})])  # fmt: skip
+def test_window_covering_the_sequence_is_plain_rope(family, spec, params, ids):
+    model = FAMILIES[family]()
+    assert_close(patched_logits(model, spec, ids, params=params), logits(model, ids))
+
+
+def test_logn_within_the_trained_length_is_plain_rope(ids):
+    model = llama()
+    x = ids[:, :TRAINED]
+    assert_close(patched_logits(model, "logn", x), logits(model, x))
+
+
+@pytest.mark.parametrize("spec,params", [("rerope", {"window": 16}), ("leaky-rerope", {"window": 16, "k": 3.0}),
+                                         ("self-extend", {"window": 16, "group": 4}), ("ntk+logn", None)])  # fmt: skip
+def test_greedy_generation_with_a_kv_cache_matches_full_forwards(spec, params, ids):
+    model = llama()
+    prompt, new = ids[:, : N - 8], 8
+    with applied(model, geometry(model), resolve(spec, params), FACTOR, N), torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=new, do_sample=False, pad_token_id=0,
+                             return_dict_in_generate=True, output_logits=True)  # fmt: skip
+        seq = prompt
+        for step in range(new):
+            full = model(seq, use_cache=False).logits[0, -1]  # no cache: recomputed from scratch
+            assert_close(out.logits[step][0], full)
+            seq = torch.cat([seq, full.argmax().view(1, 1)], dim=1)
+    assert out.sequences.tolist() == seq.tolist()
+
+
+@pytest.mark.parametrize("spec,params", [("rerope", {"window": 16}), ("self-extend", {"window": 16, "group": 4}), ("logn", None)])
+def test_prefill_in_chunks_with_a_cache_equals_one_forward(spec, params, ids):
+    """Queries that are not the whole sequence (q positions offset into the keys), several at a time."""
+    model = llama()
+    with applied(model, geometry(model), resolve(spec, params), FACTOR, N), torch.no_grad():
+        whole = model(ids, use_cache=False).logits
+        first = model(ids[:, :100], use_cache=True)
+        second = model(ids[:, 100:], past_key_values=first.past_key_values, use_cache=True).logits
+    assert_close(torch.cat([first.logits, second], dim=1), whole)
+
+
+@pytest.mark.parametrize(
+    "spec,params,kind,freq,w,k,g",
+    [
+        ("rerope", {"window": 16}, "rerope", "none", 16, 1.0, 1),
+        ("leaky-rerope", {"window": 16, "k": 3.0}, "leaky-rerope", "none", 16, 3.0, 1),
+        ("self-extend", {"window": 24, "group": 3}, "self-extend", "none", 24, 1.0, 3),
+    ],
+)
+def test_small_score_budget_splits_queries_into_blocks_with_the_same_result(spec, params, kind, freq, w, k, g, ids, monkeypatch):
+    model = llama()
+    whole = patched_logits(model, spec, ids, params=params)
+    steps = []
+    block_size = attention._block_size
+
+    def spy(heads, keys):
+        steps.append(block_size(heads, keys))
+        return steps[-1]
+
+    monkeypatch.setattr(attention, "_block_size", spy)
+    monkeypatch.setattr(attention, "FUSED_DEVICES", ())  # the blocked path even for a full prefill on CPU
+    monkeypatch.setattr(attention, "SCORE_BUDGET", 4 * N * 20)  # blocks of 20 queries
+    blocked = patched_logits(model, spec, ids, params=params)
+    assert steps and max(steps) == 20  # N / 20 -> 13 blocks per layer
+    assert_close(blocked, whole)
+    assert_close(blocked, reference_logits(model, ids, kind, freq, w, k, g))
+
+
+def test_small_score_budget_splits_logn_queries_into_blocks_with_the_same_result(ids, monkeypatch):
+    model = llama()
+    monkeypatch.setattr(attention, "SCORE_BUDGET", 4 * N * 16)  # blocks of 16 queries
+    assert attention._block_size(4, N) == 16
+    with applied(model, geometry(model), resolve("logn"), FACTOR, N), torch.no_grad():
+        first = model(ids[:, :60], use_cache=True)
+        rest = model(ids[:, 60:], past_key_values=first.past_key_values, use_cache=True).logits  # 196 queries
+    assert_close(torch.cat([first.logits, rest], dim=1), reference_logits(model, ids, "logn"))
+
+
+@pytest.mark.parametrize(
+    "spec,params,kind,freq,w,k,g",
+    [
+        ("rerope", {"window": 16}, "rerope", "none", 16, 1.0, 1),
+        ("rerope", {"window": 40}, "rerope", "none", 40, 1.0, 1),
+        ("leaky-rerope", {"window": 24, "k": 1.5}, "leaky-rerope", "none", 24, 1.5, 1),
+        ("self-extend", {"window": 8, "group": 8}, "self-extend", "none", 8, 1.0, 8),
+    ],
+)
+def test_fused_prefill_with_near_blocks_shorter_than_the_window_matches_the_reference(spec, params, kind, freq, w, k, g, ids, monkeypatch):
+    """The fused CPU prefill's near band in blocks of 12 queries (some blocks reach back over several
+    others), merged with the far branch by log-sum-exp, against the naive reference and the blocked path."""
+    model = llama()
+    calls = []
+    fused = attention._fused_prefill
+    monkeypatch.setattr(attention, "_fused_prefill", lambda *a: calls.append(1) or fused(*a))
+    monkeypatch.setattr(attention, "NEAR_BLOCK", 12)
+    got = patched_logits(model, spec, ids, params=params)
+    assert len(calls) == model.config.num_hidden_layers
+    assert_close(got, reference_logits(model, ids, kind, freq, w, k, g))
+    monkeypatch.setattr(attention, "FUSED_DEVICES", ())
+    assert_close(got, patched_logits(model, spec, ids, params=params))
