@@ -269,7 +269,7 @@ def test_model_without_rope_is_a_user_error():
 # --- attention-level methods against a naive reference -------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def relative_positions(kind: str, n: int, w: int = 0, k: float = 1.0, g: int = 1) -> torch.Tensor:
     """P[i, j]: the relative position a method gives query i and key j <= i, one entry at a time."""
     P = np.zeros((n, n))
