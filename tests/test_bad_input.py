@@ -1,5 +1,6 @@
 """Bad input across commands: one line `error: ... — ...`, exit code 2, no traceback, and every
-existing result file byte-identical afterwards. Each case fails before any model weights load."""
+existing result file byte-identical afterwards. Each case fails before any model weights load,
+except the few that need the tokenizer to know (documents or prompt too short: a tiny model)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import byte_tokenizer, tiny_llama
 
 from ctxbench.results import COLUMNS
 
@@ -29,6 +31,10 @@ def workdir(tmp_path):
     gpt2 = tmp_path / "gpt2"
     gpt2.mkdir()
     (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_head": 2, "n_layer": 1, "vocab_size": 10, "bos_token_id": 0, "eos_token_id": 0}))
+    (tmp_path / "short.txt").write_text("a document of a few dozen tokens, far shorter than 1k")
+    tiny = tmp_path / "tiny"
+    tiny_llama().save_pretrained(tiny)
+    byte_tokenizer().save_pretrained(tiny)
     return tmp_path
 
 
@@ -68,6 +74,9 @@ CASES = [
     ("compare a truncated CSV", ["compare", "results.csv", "truncated.csv"], "truncated"),
     ("compare a foreign CSV", ["compare", "results.csv", "foreign.csv"], "not a ctxbench results CSV"),
     ("report on a missing file", ["report", "missing.csv"], "not found"),
+    ("documents shorter than every length", ["ppl", "--model", "tiny", "--dataset", "short.txt", "--len", "1k,2k", "--device", "cpu", *OUT],
+     "shorter than every length"),
+    ("passkey length below the fixed text", ["passkey", "--model", "tiny", "--len", "32", "--device", "cpu", *OUT], "shorter than the passkey prompt's fixed text"),
 ]
 
 
