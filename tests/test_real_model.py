@@ -74,3 +74,26 @@ def test_cached_dequantised_weights_give_the_gguf_logits(real_lm, monkeypatch):
         assert torch.equal(fresh.model(ids).logits, real_lm.model(ids).logits)
     assert fresh.digest == real_lm.digest
     assert fresh.tokenizer("def f(x):\n  return x")["input_ids"] == real_lm.tokenizer("def f(x):\n  return x")["input_ids"]
+
+
+@pytest.mark.parametrize("spec", ["rerope", "leaky-rerope", "self-extend"])
+def test_fused_and_blocked_attention_paths_give_the_same_losses_on_the_default_model(real_lm, spec, monkeypatch):
+    """At 1k tokens with a 256-token window (far branch in play), 30 layers deep."""
+    from ctxbench import attention
+    from ctxbench.data import Tokenized, load_corpus
+    from ctxbench.scoring import token_nll
+
+    tokens = Tokenized(load_corpus(None), real_lm.tokenizer)
+    ids = tokens[tokens.select([1024], 1)[1024][0]][:1024]
+    setting = resolve(spec, {"window": 256})
+
+    def losses():
+        with applied(real_lm.model, real_lm.geometry, setting, 2.0, 1024):
+            return token_nll(real_lm.model, ids)
+
+    fused = losses()
+    monkeypatch.setattr(attention, "FUSED_DEVICES", ())
+    blocked = losses()
+    assert torch.allclose(fused, blocked, rtol=0, atol=1e-4)
+    with applied(real_lm.model, real_lm.geometry, resolve("none"), 1.0, 1024):
+        assert (token_nll(real_lm.model, ids) - fused).abs().max() > 1e-2  # the method changed something
