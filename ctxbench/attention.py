@@ -7,11 +7,11 @@ the KV cache — unrotated. :func:`ctxbench_attention`, registered with transfor
 prescribes. Keys sit at positions ``0..kv-1`` and the ``q`` queries at the last ``q`` of them
 (one unpadded sequence per batch row, as every ctxbench task feeds).
 
-Memory stays linear in length, never a ``heads x n x n`` score matrix. A CPU prefill (queries
-= keys, the bulk of every ppl and passkey run) runs each branch through PyTorch's fused
-flash-attention kernel and merges the two by log-sum-exp: about 1.4x the time of one plain
-attention. Everything else (decoding steps, chunked prefill, GPUs) processes queries in blocks
-whose score matrix is at most ``heads x block x keys`` (about 128 MB in fp32).
+Memory stays linear in length, never a ``heads x n x n`` score matrix. On CPU, a forward of
+many queries (a ppl window, a passkey prefix, the passkey suffix after a cached prefix) runs
+each branch through PyTorch's fused flash-attention kernel, block by block, and merges the two
+by log-sum-exp: about the time of one plain attention. Decoding steps and GPUs use the blocked
+path, whose score blocks are at most ``heads x block x keys`` (about 128 MB in fp32).
 
 Relative position ``p = i - j`` of query ``i`` and key ``j``; window ``w``; trained length ``L``:
 
@@ -37,8 +37,8 @@ from .geometry import RopeGeometry
 NAME = "ctxbench"
 # Elements of one fp32 score block (heads x block x keys): 2**25 floats = 128 MB.
 SCORE_BUDGET = 2**25
-# Device types whose full prefill runs the two branches through the fused kernel (see
-# _fused_prefill); elsewhere, and for decoding or chunked prefill, the blocked path.
+# Device types where a forward of more than one query runs the two branches through the fused
+# kernel (see _fused); elsewhere, and for single-token decoding steps, the blocked path.
 FUSED_DEVICES = ("cpu",)
 # Queries per near-band block of the fused CPU prefill; its mask is (block, block + w - 1) bools.
 NEAR_BLOCK = 512
@@ -162,13 +162,13 @@ def _two_branch_attention(plan, q, k, v, scaling, q_pos, k_pos):
         g = plan.group
         far_q = rotate(q, q_pos // g + w - w // g, inv, scale, rd)
         far_k = rotate(k, k_pos // g, inv, scale, rd)
-    if q.device.type in FUSED_DEVICES and n_q == k.shape[2]:
-        return _fused_prefill(w, q, k, v, scaling, far_q, far_k, near_q, near_k)
+    if q.device.type in FUSED_DEVICES and n_q > 1:
+        return _fused(w, q, k, v, scaling, q_pos, far_q, far_k, near_q, near_k)
     return _blocked(w, q, k, v, scaling, q_pos, k_pos, far_q, far_k, near_q, near_k)
 
 
 def _blocked(w, q, k, v, scaling, q_pos, k_pos, far_q, far_k, near_q, near_k):
-    """Any device, any query offset (decoding, chunked prefill): per query block, scores only for
+    """Any device, any query offset (decoding steps, GPUs): per query block, scores only for
     the key range each branch can reach, merged into one (b, kv_heads, group, block, keys) fp32
     matrix, soft-maxed and applied to ``v``."""
     b, h, n_q, d = q.shape
@@ -196,52 +196,67 @@ def _blocked(w, q, k, v, scaling, q_pos, k_pos, far_q, far_k, near_q, near_k):
     return out.view(b, h, n_q, -1)
 
 
-def _attend(q, k, v, scaling, causal, mask=None):
+def _attend(q, k, v, scaling, mask=None):
     """Fused CPU attention that also returns the log-sum-exp of each query's scores.
 
-    q (b, h, n_q, d), k and v (b, h, n_k, d) -> output (b, h, n_q, d), lse (b, h, n_q) fp32.
-    ``causal`` aligns query ``i`` with key ``i`` (top left); ``mask`` (n_q, n_k) bool, True = keep.
+    q (b, h, n_q, d), k and v (b, h, n_k, d), mask (n_q, n_k) bool, True = attend; every row
+    must keep at least one key -> output (b, h, n_q, d), lse (b, h, n_q) fp32.
     """
     if mask is not None:  # the kernel takes an additive mask of the query's dtype
         mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, causal, attn_mask=mask, scale=scaling
-    )
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask, scale=scaling)
     return out, lse.float()
 
 
-def _fused_prefill(w, q, k, v, scaling, far_q, far_k, near_q, near_k):
-    """The two branches as two fused attentions merged by their log-sum-exp (CPU prefill).
+def _merge(out, lse, part_out, part_lse):
+    """Fold a softmax over more keys into ``out``/``lse`` (b, h, rows, d)/(b, h, rows), in place:
+    out = (e^lse out + e^part_lse part_out) / (e^lse + e^part_lse)."""
+    total = torch.logaddexp(lse, part_lse)
+    out.mul_((lse - total).exp()[..., None]).add_(part_out.float() * (part_lse - total).exp()[..., None])
+    lse.copy_(total)
 
-    With ``n`` queries over the same ``n`` keys, query ``i`` sees far keys ``j <= i - w`` and near
-    keys ``i - w < j <= i``, two disjoint sets, so softmax over their union is
+
+def _fused(w, q, k, v, scaling, q_pos, far_q, far_k, near_q, near_k):
+    """The two branches through PyTorch's fused CPU attention kernel, merged by log-sum-exp.
+
+    Query ``i`` sees near keys ``i - w < j <= i`` and far keys ``j <= i - w``, two disjoint sets,
+    so softmax over their union is
 
         out_i = (e^lse_far out_far + e^lse_near out_near) / (e^lse_far + e^lse_near).
 
-    Far: one causal attention of queries ``w..n-1`` over keys ``0..n-w-1`` (query ``i`` lines up
-    with key ``i - w``). Near: blocks of ``NEAR_BLOCK`` queries over the band of keys they can
-    reach, with a (block, block + w - 1) mask. Both run in PyTorch's fused CPU kernel, which never holds a score matrix
-    larger than its own tiles, so this costs about two plain attentions, not a hand-written
-    softmax over (heads, block, keys) fp32 tensors.
+    Per block of ``NEAR_BLOCK`` queries (positions ``first .. last``) three kernel calls, none
+    with a mask wider than ``block + w``:
+
+    * near: the band of keys ``first - w + 1 .. last``, masked to ``0 <= i - j < w``;
+    * far, all of it: keys ``0 .. first - w``, far for every query of the block, no mask;
+    * far, the rest: keys ``first - w + 1 .. last - w``, masked to ``i - j >= w``, for the
+      queries that reach any of them.
+
+    The kernel never holds more of the score matrix than its own tiles, so a two-branch method
+    costs about what plain attention does, for a prefill and for a long suffix after a cache.
     """
-    b, h, n, d = q.shape
+    b, h, n_q, d = q.shape
     rep = h // k.shape[1]  # grouped-query attention: the fused kernel wants one key head per query head
     far_k, near_k, v = (t.repeat_interleave(rep, dim=1) if rep > 1 else t for t in (far_k, near_k, v))
-    out = torch.empty_like(q)  # (b, h, n, d)
-    lse = torch.empty(b, h, n, dtype=torch.float32, device=q.device)
-    idx = torch.arange(n, device=q.device)
-    for a in range(0, n, NEAR_BLOCK):
-        e = min(n, a + NEAR_BLOCK)
-        lo = max(0, a - w + 1)
-        rel = idx[a:e, None] - idx[None, lo:e]  # (B, keys in the band)
-        mask = (rel >= 0) & (rel < w)
-        out[:, :, a:e], lse[:, :, a:e] = _attend(near_q[:, :, a:e], near_k[:, :, lo:e], v[:, :, lo:e], scaling, False, mask)
-    if n > w:
-        far_out, far_lse = _attend(far_q[:, :, w:], far_k[:, :, : n - w], v[:, :, : n - w], scaling, True)
-        near_out, near_lse = out[:, :, w:], lse[:, :, w:]
-        total = torch.logaddexp(far_lse, near_lse)  # (b, h, n - w)
-        merged = far_out.float() * (far_lse - total).exp()[..., None] + near_out.float() * (near_lse - total).exp()[..., None]
-        out[:, :, w:] = merged.to(out.dtype)
+    out = torch.empty_like(q)  # (b, h, n_q, d)
+    k_idx = torch.arange(k.shape[2], device=q.device)
+    for a in range(0, n_q, NEAR_BLOCK):
+        e = min(n_q, a + NEAR_BLOCK)
+        pos = q_pos[a:e]  # (B,)
+        first, last = int(pos[0]), int(pos[-1])
+        lo = max(0, first - w + 1)  # keys before lo are far for every query of the block
+        rel = pos[:, None] - k_idx[None, lo : last + 1]  # (B, band)
+        acc, lse = _attend(near_q[:, :, a:e], near_k[:, :, lo : last + 1], v[:, :, lo : last + 1], scaling, (rel >= 0) & (rel < w))
+        acc = acc.float()  # (b, h, B, d)
+        if lo > 0:
+            _merge(acc, lse, *_attend(far_q[:, :, a:e], far_k[:, :, :lo], v[:, :, :lo], scaling))
+        hi = last - w + 1  # keys lo .. hi - 1 are far for the later queries of the block only
+        if hi > lo:
+            r = max(0, lo + w - first)  # first row with any of them: position >= lo + w
+            rel = pos[r:, None] - k_idx[None, lo:hi]  # (B - r, hi - lo)
+            part = _attend(far_q[:, :, a + r : e], far_k[:, :, lo:hi], v[:, :, lo:hi], scaling, rel >= w)
+            _merge(acc[:, :, r:], lse[:, :, r:], *part)
+        out[:, :, a:e] = acc.to(out.dtype)
     return out
 
 

@@ -493,16 +493,24 @@ def test_small_score_budget_splits_logn_queries_into_blocks_with_the_same_result
         ("self-extend", {"window": 8, "group": 8}, "self-extend", "none", 8, 1.0, 8),
     ],
 )
-def test_fused_prefill_with_near_blocks_shorter_than_the_window_matches_the_reference(spec, params, kind, freq, w, k, g, ids, monkeypatch):
-    """The fused CPU prefill's near band in blocks of 12 queries (some blocks reach back over several
-    others), merged with the far branch by log-sum-exp, against the naive reference and the blocked path."""
+def test_fused_path_in_blocks_shorter_than_the_window_matches_the_reference(spec, params, kind, freq, w, k, g, ids, monkeypatch):
+    """The fused CPU path in blocks of 12 queries (near bands reaching back over several blocks,
+    far keys split into the part every query of a block sees and the part only later ones do),
+    for a whole prefill and for 156 queries after a 100-token cache, against the naive reference
+    and the blocked path."""
     model = llama()
     calls = []
-    fused = attention._fused_prefill
-    monkeypatch.setattr(attention, "_fused_prefill", lambda *a: calls.append(1) or fused(*a))
+    fused = attention._fused
+    monkeypatch.setattr(attention, "_fused", lambda *a: calls.append(1) or fused(*a))
     monkeypatch.setattr(attention, "NEAR_BLOCK", 12)
+    want = reference_logits(model, ids, kind, freq, w, k, g)
     got = patched_logits(model, spec, ids, params=params)
     assert len(calls) == model.config.num_hidden_layers
-    assert_close(got, reference_logits(model, ids, kind, freq, w, k, g))
+    assert_close(got, want)
+    with applied(model, geometry(model), resolve(spec, params), FACTOR, N), torch.no_grad():
+        first = model(ids[:, :100], use_cache=True)
+        rest = model(ids[:, 100:], past_key_values=first.past_key_values, use_cache=True).logits
+    assert len(calls) == 3 * model.config.num_hidden_layers
+    assert_close(torch.cat([first.logits, rest], dim=1), want)
     monkeypatch.setattr(attention, "FUSED_DEVICES", ())
     assert_close(got, patched_logits(model, spec, ids, params=params))
