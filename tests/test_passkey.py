@@ -188,3 +188,38 @@ def test_bad_passkey_settings_raise_one_clear_error(call, message):
 
 def test_default_depths_are_five_evenly_spaced():
     assert parse_depths() == [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+@pytest.mark.parametrize("length", [300, 1000, 3333])
+def test_every_depth_and_key_of_a_length_starts_with_one_shared_stream(tokenizer, length):
+    prompts = [build_prompt(tokenizer, length, d, key) for d in DEPTHS for key in (10000, 99999, 54321)]
+    longest = max(prompts, key=lambda p: p.shared_len)
+    for p in prompts:
+        assert p.ids[: p.shared_len] == longest.ids[: p.shared_len]
+        assert p.shared_len < p.prefix_len  # the needle's head follows the shared stream
+
+
+@pytest.mark.parametrize("method,params", [("none", {}), ("dynamic-ntk", {}), ("self-extend", {"window": 16, "group": 4})])
+def test_depths_run_together_on_one_running_prefix_answer_as_if_run_alone(tiny_lm, method, params, monkeypatch):
+    settings = passkey.Settings(methods=[resolve(method, params)], factors=[2.0], lengths=[400], depths=[0.0, 0.3, 0.7, 1.0], trials=3)
+    cells = passkey.cells(settings, None)
+    assert passkey.groups(cells, settings) == [cells]  # one group: every depth of the length
+
+    fed = []
+    real = passkey.prefix_cache
+    monkeypatch.setattr(passkey, "prefix_cache", lambda model, ids, cache=None: fed.append(len(ids)) or real(model, ids, cache))
+
+    def answers(groups):
+        out = {}
+        for group in groups:
+            for cell, rows in passkey.run_group(tiny_lm, None, group, settings):
+                out.update({(cell.depth, r.trial): (r.answer, r.value) for r in rows})
+        return out
+
+    together = answers([cells])
+    fed_together, fed[:] = sum(fed), []
+    alone = answers([[c] for c in cells])
+    assert together == alone
+    prompts = [build_prompt(tiny_lm.tokenizer, 400, c.depth, draw_key(0, 400, c.depth, 0, 5)) for c in cells]
+    assert fed_together == max(p.shared_len for p in prompts) + sum(p.prefix_len - p.shared_len for p in prompts)
+    assert sum(fed) == sum(p.prefix_len for p in prompts) > fed_together

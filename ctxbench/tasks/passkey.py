@@ -10,8 +10,10 @@ by (seed, length, depth, trial) — the same keys for every method. Greedy decod
 ``max_new_tokens`` (10) tokens; a trial passes when the first integer in the answer equals N.
 
 Speed: everything before the key is identical for all trials of a (length, depth) cell, so the
-prefix's KV cache is computed once per cell and reused by every trial; trials whose suffixes
-have the same token count are decoded as one batch.
+prefix's KV cache is computed once per cell and reused by every trial; the prefixes of the depths
+of one length are themselves prefixes of one instruction-and-filler stream, so one running cache
+is extended from the shallowest needle to the deepest; trials whose suffixes have the same token
+count are decoded as one batch.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class Prompt:
     key: int
     key_span: tuple[int, int]  # [start, end) of the key's tokens in the needle line
     prefix_len: int
+    # ids[:shared_len] (instruction + filler up to the needle line) is the start of the same token
+    # stream for every depth and key of a length, so depths can extend one running KV cache
+    shared_len: int = 0
 
     @property
     def needle_pos(self) -> int:
@@ -203,7 +208,7 @@ def build_prompt(tokenizer, length: int, depth: float, key: int, chat: bool = Fa
     before = intro + filler[:split] + needle_head
     ids = before + key_ids + needle_tail + filler[split:] + tail
     start = len(before)
-    return Prompt(ids=tuple(ids), key=key, key_span=(start, start + len(key_ids)), prefix_len=start)
+    return Prompt(ids=tuple(ids), key=key, key_span=(start, start + len(key_ids)), prefix_len=start, shared_len=len(intro) + split)
 
 
 def prepare(lm: LoadedModel, settings: Settings) -> Context:
@@ -233,7 +238,12 @@ def cells(settings: Settings, ctx: Context) -> list[Cell]:
 
 
 def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
-    return [[c] for c in todo]
+    """The depths of one (method, factor, length) run together: their prompts start with the same
+    instruction and filler, so one running KV cache serves them all (see :func:`run_group`)."""
+    out: dict[tuple, list[Cell]] = {}
+    for cell in todo:
+        out.setdefault((cell.method, cell.factor, cell.length), []).append(cell)
+    return list(out.values())
 
 
 @torch.inference_mode()
@@ -260,13 +270,14 @@ def greedy(model, ids: torch.Tensor, max_new_tokens: int, eos: int | None, cache
 
 
 @torch.inference_mode()
-def prefix_cache(model, ids: list[int]):
-    """KV cache of ``ids`` (one sequence)."""
+def prefix_cache(model, ids: list[int], cache=None):
+    """KV cache of ``ids`` (one sequence), continuing ``cache`` in place when given."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    cache = DynamicCache()
-    model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache = DynamicCache() if cache is None else cache
+    if ids:
+        model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
     return cache
 
 
@@ -278,25 +289,43 @@ def _cache_bytes_per_token(model) -> int:
 
 
 def run_group(lm: LoadedModel, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
+    """The depths of one (method, factor, length), shallowest first.
+
+    Every prompt of a length starts with the same instruction and filler stream; a depth's prefix
+    is that stream up to its needle line (``shared_len``) plus the needle's head. One running KV
+    cache is extended along the stream from depth to depth, so the filler before the deepest
+    needle goes through the model once per length, not once per depth; each depth copies it,
+    adds its needle head, and decodes its trials from there (batched when their suffixes have
+    the same token count).
+    """
     model, tok = lm.model, lm.tokenizer
     device = next(model.parameters()).device
     eos = tok.eos_token_id
+    first = group[0]
+    assert all((c.method, c.factor, c.length) == (first.method, first.factor, first.length) for c in group)
+    planned = []
     for cell in group:
-        prompts = [
-            build_prompt(tok, cell.length, cell.depth, draw_key(settings.seed, cell.length, cell.depth, t, settings.digits), settings.chat)
-            for t in range(settings.trials)
-        ]
+        keys = [draw_key(settings.seed, cell.length, cell.depth, t, settings.digits) for t in range(settings.trials)]
+        prompts = [build_prompt(tok, cell.length, cell.depth, key, settings.chat) for key in keys]
         prefix = prompts[0].ids[: prompts[0].prefix_len]
         assert all(p.ids[: p.prefix_len] == prefix for p in prompts)
-        seq_len = max(len(p.ids) for p in prompts) + settings.max_new_tokens
-        per_trial = _cache_bytes_per_token(model) * seq_len
-        batch = max(1, CACHE_BUDGET // max(1, per_trial))
-        answers: dict[int, list[int]] = {}
-        seconds: dict[int, float] = {}
-        with applied(model, lm.geometry, cell.method, cell.factor, seq_len):
+        planned.append((cell, prompts))
+    planned.sort(key=lambda cp: cp[1][0].shared_len)
+    # Dynamic methods see prompt plus new tokens; every prompt of a length has that many tokens.
+    seq_len = max(len(p.ids) for _, prompts in planned for p in prompts) + settings.max_new_tokens
+    per_trial = _cache_bytes_per_token(model) * seq_len
+    batch = max(1, CACHE_BUDGET // max(1, per_trial))
+    with applied(model, lm.geometry, first.method, first.factor, seq_len):
+        running, done = None, 0  # KV cache of the first ``done`` tokens of the shared stream
+        for cell, prompts in planned:
+            p0 = prompts[0]
             t0 = time.perf_counter()
-            base = prefix_cache(model, list(prefix))
+            running = prefix_cache(model, list(p0.ids[done : p0.shared_len]), running)
+            done = p0.shared_len
+            base = prefix_cache(model, list(p0.ids[done : p0.prefix_len]), copy.deepcopy(running))
             prefix_seconds = time.perf_counter() - t0
+            answers: dict[int, list[int]] = {}
+            seconds: dict[int, float] = {}
             by_size: dict[int, list[int]] = {}
             for t, p in enumerate(prompts):
                 by_size.setdefault(len(p.ids), []).append(t)
@@ -312,22 +341,29 @@ def run_group(lm: LoadedModel, ctx: Context, group: list[Cell], settings: Settin
                     spent = time.perf_counter() - t0
                     for t, new in zip(chunk, outs, strict=True):
                         answers[t], seconds[t] = new, spent / len(chunk)
-        rows: list[Measurement] = []
-        for t, p in enumerate(prompts):
-            text = tok.decode(answers[t], skip_special_tokens=True)
-            correct = int(first_integer(text) == p.key)
-            rows.append(
-                Measurement(
-                    "correct", correct, trial=t, answer=text.strip(), tokens=len(p.ids), seconds=round(seconds[t], 4),
-                    extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)},
-                )
-            )
-        accuracy = sum(int(r.value) for r in rows) / len(rows)
-        total = prefix_seconds + sum(seconds.values())
+            del base
+            yield cell, _rows(tok, prompts, answers, seconds, prefix_seconds, batch)
+
+
+def _rows(tok, prompts: list[Prompt], answers: dict[int, list[int]], seconds: dict[int, float], prefix_seconds: float, batch: int) -> list[Measurement]:
+    """One ``correct`` row per trial and the cell's ``accuracy``; the cell's seconds are the part
+    of the running prefix this depth added, its needle head, and its trials."""
+    rows: list[Measurement] = []
+    for t, p in enumerate(prompts):
+        text = tok.decode(answers[t], skip_special_tokens=True)
+        correct = int(first_integer(text) == p.key)
         rows.append(
             Measurement(
-                "accuracy", accuracy, trial="all", tokens=sum(len(p.ids) for p in prompts), seconds=round(total, 4),
-                extra={"prefix_tokens": len(prefix), "prefix_seconds": round(prefix_seconds, 4), "batch": batch},
+                "correct", correct, trial=t, answer=text.strip(), tokens=len(p.ids), seconds=round(seconds[t], 4),
+                extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)},
             )
         )
-        yield cell, rows
+    accuracy = sum(int(r.value) for r in rows) / len(rows)
+    total = prefix_seconds + sum(seconds.values())
+    rows.append(
+        Measurement(
+            "accuracy", accuracy, trial="all", tokens=sum(len(p.ids) for p in prompts), seconds=round(total, 4),
+            extra={"prefix_tokens": prompts[0].prefix_len, "prefix_seconds": round(prefix_seconds, 4), "batch": batch},
+        )
+    )
+    return rows
