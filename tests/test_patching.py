@@ -59,25 +59,23 @@ def _finish(model_cls, cfg):
     return model_cls(cfg).eval()
 
 
-def llama(rope: dict | None = None, max_pos: int = TRAINED) -> LlamaForCausalLM:
+def _gqa(config_cls, model_cls, rope: dict | None, max_pos: int):
     """2 layers, 4 query heads sharing 2 key/value heads (GQA), head dim 16 (8 rotary pairs)."""
-    cfg = LlamaConfig(
+    cfg = config_cls(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=VOCAB, max_position_embeddings=max_pos, initializer_range=INIT,
         bos_token_id=None, eos_token_id=None, pad_token_id=None,
         rope_parameters={"rope_theta": 10000.0, **(rope or {"rope_type": "default"})},
     )  # fmt: skip
-    return _finish(LlamaForCausalLM, cfg)
+    return _finish(model_cls, cfg)
+
+
+def llama(rope: dict | None = None, max_pos: int = TRAINED) -> LlamaForCausalLM:
+    return _gqa(LlamaConfig, LlamaForCausalLM, rope, max_pos)
 
 
 def qwen2(rope: dict | None = None, max_pos: int = TRAINED) -> Qwen2ForCausalLM:
-    cfg = Qwen2Config(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=VOCAB, max_position_embeddings=max_pos, initializer_range=INIT,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
-        rope_parameters={"rope_theta": 10000.0, **(rope or {"rope_type": "default"})},
-    )  # fmt: skip
-    return _finish(Qwen2ForCausalLM, cfg)
+    return _gqa(Qwen2Config, Qwen2ForCausalLM, rope, max_pos)
 
 
 def neox(rope: dict | None = None, max_pos: int = TRAINED) -> GPTNeoXForCausalLM:
