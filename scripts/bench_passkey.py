@@ -8,6 +8,7 @@ many tokens each way puts through the model before decoding (the bound on the ra
 text after its key must be computed anew for every key).
 
     python scripts/bench_passkey.py --len 2k --depths 3 --trials 4
+    python scripts/bench_passkey.py --len 2k --depth 0.5,0.75,1 --trials 4
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ def main() -> None:
     ap.add_argument("--method", default="none")
     ap.add_argument("--factor", type=float, default=2.0)
     ap.add_argument("--len", dest="length", default="2k")
-    ap.add_argument("--depths", type=int, default=3)
+    ap.add_argument("--depths", type=int, default=None, help="N evenly spaced depths (default 3: 0, 0.5, 1)")
+    ap.add_argument("--depth", default=None, help="explicit comma list of depths, e.g. 0.5,0.75,1")
     ap.add_argument("--trials", type=int, default=4)
     args = ap.parse_args()
-    settings = build_settings("passkey", args.method, args.factor, args.length, depths=passkey.parse_depths(args.depths), trials=args.trials)
+    settings = build_settings("passkey", args.method, args.factor, args.length, depths=passkey.parse_depths(args.depths if args.depths or args.depth else 3, args.depth), trials=args.trials)
     lm = load(args.model, device="cpu", dtype="float32")
     ctx = passkey.prepare(lm, settings)
     cells = passkey.cells(settings, ctx)
@@ -64,7 +66,7 @@ def main() -> None:
         max(p.shared_len for (n, _), p in prompts.items() if n == length) for length in {n for n, _ in prompts}
     ) + sum(p.prefix_len - p.shared_len + settings.trials * (len(p.ids) - p.prefix_len) for p in prompts.values())
     same = all(ours[k] == naive[k] for k in naive)
-    print(f"{len(naive)} trials ({len(cells)} cells x {settings.trials} trials) at {args.length}, method {args.method}")
+    print(f"{len(naive)} trials ({len(cells)} cells x {settings.trials} trials) at {args.length}, depths {settings.depths}, method {args.method}")
     print(f"answers identical: {same}; correct: {sum(passkey.first_integer(a) is not None for a in naive.values())} answers with a number")
     print(f"prompt tokens through the model: naive {naive_tokens}, ctxbench {ours_tokens} -> {naive_tokens / ours_tokens:.2f}x fewer")
     print(f"wall time: naive generate {slow:.1f} s, ctxbench {fast:.1f} s -> {slow / fast:.2f}x faster")
