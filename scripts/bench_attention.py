@@ -1,7 +1,7 @@
 """Benchmark: cost of the attention-level methods against plain RoPE attention (SDPA).
 
 For each length, one forward of the same document under ``none`` (transformers' SDPA path) and
-under each attention-level method (ctxbench's blocked attention), in one process run; prints
+under each attention-level method (ctxbench's attention function), in one process run; prints
 seconds, tokens/s, peak memory and the ratio to plain attention. With ``--blocked``, the
 two-branch methods run a second time through the blocked path (what decoding and GPUs use, and
 what every prefill used before the fused CPU path), checked to give the same loss.
