@@ -40,7 +40,7 @@ SCORE_BUDGET = 2**25
 # Device types where a forward of more than one query runs the two branches through the fused
 # kernel (see _fused); elsewhere, and for single-token decoding steps, the blocked path.
 FUSED_DEVICES = ("cpu",)
-# Queries per near-band block of the fused CPU prefill; its mask is (block, block + w - 1) bools.
+# Queries per block of the fused CPU path; its widest mask is (block, block + w - 1).
 NEAR_BLOCK = 512
 
 
