@@ -17,8 +17,17 @@ from ctxbench.results import COLUMNS
 GOOD_ROW = ["x"] * len(COLUMNS)
 
 
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny model and tokenizer on disk, saved once for the cases that need a tokenizer."""
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_llama().save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    return path
+
+
 @pytest.fixture
-def workdir(tmp_path):
+def workdir(tmp_path, tiny_model_dir):
     """A folder with a valid results CSV, a truncated one, a foreign one, and small datasets."""
     header = ",".join(COLUMNS)
     (tmp_path / "results.csv").write_text(header + "\n" + ",".join(GOOD_ROW) + "\n")
@@ -32,9 +41,7 @@ def workdir(tmp_path):
     gpt2.mkdir()
     (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_head": 2, "n_layer": 1, "vocab_size": 10, "bos_token_id": 0, "eos_token_id": 0}))
     (tmp_path / "short.txt").write_text("a document of a few dozen tokens, far shorter than 1k")
-    tiny = tmp_path / "tiny"
-    tiny_llama().save_pretrained(tiny)
-    byte_tokenizer().save_pretrained(tiny)
+    (tmp_path / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
     return tmp_path
 
 
