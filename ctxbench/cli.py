@@ -6,7 +6,9 @@ their traceback and exit 1.
 
 from __future__ import annotations
 
+import inspect
 import sys
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -33,153 +35,73 @@ RESUME = typer.Option(True, "--resume/--no-resume", help="skip cells already in 
 TRUST = typer.Option(False, "--trust-remote-code", help="allow a hub model's own code to run (off by default)")
 DEVICE_MAP = typer.Option(None, "--device-map", help="accelerate device map, e.g. auto, to spread a big model over GPUs")
 QUANT = typer.Option(None, "--quantization", help="8bit | 4bit (needs bitsandbytes and a GPU)")
+DRY_RUN = typer.Option(False, "--dry-run", help="print the plan (cells, tokens, rough time) and stop; load nothing")
 
 
-def _model_config(model, device, dtype, attn, trust, device_map, quantization):
-    from .runner import ModelConfig
+def _task_command(task) -> None:
+    """Register ``ctxbench NAME`` for a task: the shared options plus the task's own."""
+    P = inspect.Parameter
 
-    return ModelConfig(model=model, device=device, dtype=dtype, attn=attn, trust_remote_code=trust,
-                       device_map=device_map, quantization=quantization)
+    def opt(name, default, *flags, help, annotation=Optional[str], **kw):  # noqa: A002
+        return P(name, P.KEYWORD_ONLY, default=typer.Option(default, *flags, help=help, **kw), annotation=annotation)
 
+    params = [
+        P("model", P.KEYWORD_ONLY, default=MODEL, annotation=str),
+        P("method", P.KEYWORD_ONLY, default=METHOD, annotation=str),
+        P("factor", P.KEYWORD_ONLY, default=FACTOR, annotation=str),
+        opt("length", None, "--len", "-l", help="comma list of lengths in tokens (16k = 16384); default: "
+            + ("L/2, L, 2L, 4L" if len(task.default_lengths(8)) == 4 else "L/2, L, 2L") + " of the model's trained length L"),
+        P("param", P.KEYWORD_ONLY, default=PARAM, annotation=Optional[list[str]]),
+    ]
+    for option in task.options:
+        if option.is_flag:
+            params.append(opt(option.name, None, f"{option.cli_flag}/--no-{option.cli_flag[2:]}", help=option.help,
+                              annotation=Optional[bool]))  # fmt: skip
+        else:
+            params.append(opt(option.name, None, option.cli_flag, help=option.help, metavar=option.metavar))
+    params += [
+        opt("out", f"ctxbench-{task.name}.csv", "--out", "-o", help="results CSV (appended; finished cells are skipped)", annotation=str),
+        opt("plot", None, "--plot", help="directory for PNG plots of this run's results"),
+        P("dry_run", P.KEYWORD_ONLY, default=DRY_RUN, annotation=bool),
+        P("seed", P.KEYWORD_ONLY, default=SEED, annotation=int),
+        P("resume", P.KEYWORD_ONLY, default=RESUME, annotation=bool),
+        P("device", P.KEYWORD_ONLY, default=DEVICE, annotation=str),
+        P("dtype", P.KEYWORD_ONLY, default=DTYPE, annotation=str),
+        P("attn", P.KEYWORD_ONLY, default=ATTN, annotation=str),
+        P("trust_remote_code", P.KEYWORD_ONLY, default=TRUST, annotation=bool),
+        P("device_map", P.KEYWORD_ONLY, default=DEVICE_MAP, annotation=Optional[str]),
+        P("quantization", P.KEYWORD_ONLY, default=QUANT, annotation=Optional[str]),
+    ]
 
-def _execute(jobs: list[tuple[str, object]], model_config, out: str, resume: bool, seed: int) -> None:
-    """Load once, run the grid with a progress bar, print the summary tables.
+    def command(**values) -> None:
+        _run_task_command(task, values)
 
-    Under ``torchrun``/``accelerate launch`` each rank runs its share of the grid into its own
-    part file, and rank 0 merges them into ``out`` after a barrier (see ctxbench.distributed).
-    """
-    from . import distributed
-    from .display import progress, summary_tables
-    from .results import cell_key, check_writable, read_records
-    from .runner import run_task
-
-    check_writable(out)
-    w = distributed.world()
-    distributed.init(w)
-    model_config.device = distributed.rank_device(model_config.device, w)
-    show = Console(quiet=w.rank != 0)
-    target = distributed.seed_part(out, w.rank) if w.active and resume else out
-    if w.active and not resume:
-        target = distributed.part_path(out, w.rank)
-    with show.status(f"loading {model_config.model} ..."):
-        lm = model_config.load()
-    bar = progress(show)
-    results = []
-    for task, settings in jobs:
-        state = {}
-
-        def on_start(todo: int, skipped: int, task=task, state=state) -> None:
-            if skipped:
-                show.print(f"[dim]{task}: {skipped} cell(s) already in {out}: skipped (use --no-resume to redo)[/]")
-            state["bar"] = bar.add_task(task, total=todo)
-            bar.start()
-
-        def on_cell(cell, rows, state=state) -> None:
-            bar.update(state["bar"], advance=1, description=cell.label())
-
-        try:
-            results.append(run_task(
-                lm, task, settings, out=target, resume=resume if not results else True, seed=seed,
-                on_start=on_start, on_cell=on_cell, shard=(w.rank, w.size) if w.active else None,
-            ))  # fmt: skip
-        finally:
-            bar.stop()
-    records = [r for res in results for r in res.records]
-    if w.active:
-        distributed.barrier(w)
-        if w.rank == 0:
-            distributed.merge(out, keep_existing=resume)
-            keys = {cell_key(r) for r in records}
-            records = [r for r in read_records(out) if cell_key(r) in keys] if w.rank == 0 else records
-        distributed.barrier(w)
-        distributed.finish(w)
-    for note in (n for res in results for n in res.notes):
-        show.print(f"[yellow]{'' if note.startswith('warning:') else 'note: '}{note}[/]", markup=True)
-    for table in summary_tables(records, lm.geometry.trained_len):
-        show.print(table)
-    ran, skipped, failed = (sum(getattr(r, k) for r in results) for k in ("ran", "skipped", "failed"))
-    show.print(f"[dim]{ran} cell(s) run, {skipped} resumed, {failed} failed -> {out}[/]")
+    command.__signature__ = inspect.Signature(params)
+    command.__doc__ = task.help
+    command.__name__ = task.name
+    app.command(name=task.name, help=task.help)(command)
 
 
-@app.command()
-def ppl(
-    model: str = MODEL,
-    method: str = METHOD,
-    factor: str = FACTOR,
-    length: str | None = typer.Option(None, "--len", "-l", help="comma list of lengths (16k = 16384); default L/2,L,2L,4L"),
-    stride: str | None = typer.Option(None, "--stride", help="window stride (default = length: one window per document)"),
-    dataset: str | None = typer.Option(None, "--dataset", help="HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus"),
-    split: str = typer.Option("test", "--split", help="dataset split"),
-    text_column: str = typer.Option("text", "--text-column", help="column holding the text"),
-    docs: int = typer.Option(4, "--docs", help="documents per length (the first ones long enough)"),
-    out: str = typer.Option("ctxbench-ppl.csv", "--out", "-o", help="results CSV (appended; finished cells are skipped)"),
-    param: list[str] | None = PARAM,
-    seed: int = SEED,
-    resume: bool = RESUME,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    attn: str = ATTN,
-    trust_remote_code: bool = TRUST,
-    device_map: str | None = DEVICE_MAP,
-    quantization: str | None = QUANT,
-) -> None:
-    """Sliding-window perplexity over methods x factors x lengths."""
-    from .api import build_settings
-    from .parsing import parse_length, parse_params
-
-    settings = build_settings(
-        "ppl", method, factor, length, parse_params(param), stride=parse_length(stride) if stride else None,
-        dataset=dataset, split=split, text_column=text_column, docs=docs,
-    )
-    from .data import check_local_dataset
-    from .tasks.ppl import check_settings
-
-    check_settings(settings)
-    check_local_dataset(dataset, text_column)  # fail before the model loads
-    _execute([("ppl", settings)], _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), out, resume, seed)
-
-
-@app.command()
-def passkey(
-    model: str = MODEL,
-    method: str = METHOD,
-    factor: str = FACTOR,
-    length: str = typer.Option("4k,8k,16k", "--len", "-l", help="comma list of prompt lengths in tokens"),
-    depths: int | None = typer.Option(None, "--depths", help="N evenly spaced depths in [0, 1] (default 5)"),
-    depth: str | None = typer.Option(None, "--depth", help="explicit comma list of depths in [0, 1]"),
-    trials: int = typer.Option(2, "--trials", help="trials (random keys) per length and depth"),
-    digits: int = typer.Option(5, "--digits", help="digits of the pass key"),
-    chat: bool = typer.Option(False, "--chat/--raw", help="wrap the prompt in the model's chat template"),
-    out: str = typer.Option("ctxbench-passkey.csv", "--out", "-o", help="results CSV (appended; finished cells are skipped)"),
-    plot: str | None = typer.Option(None, "--plot", help="directory for a heatmap PNG per method"),
-    param: list[str] | None = PARAM,
-    seed: int = SEED,
-    resume: bool = RESUME,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    attn: str = ATTN,
-    trust_remote_code: bool = TRUST,
-    device_map: str | None = DEVICE_MAP,
-    quantization: str | None = QUANT,
-) -> None:
-    """Passkey retrieval over lengths x depths x methods."""
-    from .api import build_settings
+def _run_task_command(task, values: dict) -> None:
     from .parsing import parse_params
-    from .tasks.passkey import check_settings, parse_depths
+    from .runner import Job, ModelConfig, execute
+    from .settings import build_settings, resolve_methods
 
-    settings = build_settings(
-        "passkey", method, factor, length, parse_params(param), depths=parse_depths(depths, depth),
-        trials=trials, digits=digits, seed=seed, chat=chat,
-    )
-    check_settings(settings)
-    if plot:
-        _check_plot_dir(plot)
-    _execute([("passkey", settings)], _model_config(model, device, dtype, attn, trust_remote_code, device_map, quantization), out, resume, seed)
-    if plot:
-        from .report import write_plots
+    options = {o.name: values[o.name] for o in task.options}
+    methods = resolve_methods(values["method"], parse_params(values["param"]))
+    settings = build_settings(task, methods, values["factor"], values["length"], options)
+    if values["plot"]:
+        _check_plot_dir(values["plot"])
+    config = ModelConfig(model=values["model"], device=values["device"], dtype=values["dtype"], attn=values["attn"],
+                         trust_remote_code=values["trust_remote_code"], device_map=values["device_map"],
+                         quantization=values["quantization"])  # fmt: skip
+    out = values["out"]
+    execute([Job(task, settings)], config, out, values["resume"], values["seed"], console=console, dry_run=values["dry_run"])
+    if values["plot"] and not values["dry_run"]:
+        from .plots import write_plots
         from .results import read_records
 
-        for path in write_plots(read_records(out), plot):
+        for path in write_plots(read_records(out), values["plot"]):
             console.print(f"plot: {path}")
 
 
@@ -278,26 +200,31 @@ def sweep(
     device: str | None = typer.Option(None, "--device", help="override the suite's device"),
 ) -> None:
     """Every cell of a suite file, model loaded once, resumable."""
-    from .suite import load_suite, plan
+    from .runner import ModelConfig, execute
+    from .suite import load_suite
 
     spec = load_suite(suite)
     target = out or spec.out or "results.csv"
+    config = ModelConfig(model=spec.model, device=device or spec.device, dtype=spec.dtype, attn=spec.attn,
+                         trust_remote_code=spec.trust_remote_code)  # fmt: skip
     if dry_run:
-        from rich.table import Table
+        _plan_table(spec.jobs, spec.model, str(suite), target)
+    execute(list(spec.jobs), config, target, resume, spec.seed, console=console, dry_run=dry_run)
 
-        rows = plan(spec)
-        table = Table(title=f"{suite}: {spec.model} -> {target} (rough cost: default model, 2-core CPU)")
-        for col in ("task", "method", "factor", "lengths", "cells", "tokens", "~seconds"):
-            table.add_column(col, justify="right" if col in ("cells", "tokens", "~seconds") else "left")
-        for r in rows:
-            table.add_row(r["task"], r["method"], f"{r['factor']:g}", ",".join(str(n) for n in r["lengths"]),
-                          str(r["cells"]), f"{r['tokens']:,}", f"{r['seconds']:,}")  # fmt: skip
-        console.print(table)
-        total = sum(r["seconds"] for r in rows)
-        console.print(f"{sum(r['cells'] for r in rows)} cells, about {total / 60:.0f} min on a 2-core CPU")
-        return
-    config = _model_config(spec.model, device or spec.device, spec.dtype, spec.attn, spec.trust_remote_code, None, None)
-    _execute(spec.jobs, config, target, resume, spec.seed)
+
+def _plan_table(jobs, model: str, suite: str, target: str) -> None:
+    from rich.table import Table
+
+    from .plan import plan_table
+
+    plan = plan_table(jobs, model)
+    table = Table(title=f"{suite}: {model} -> {target} (rough cost: default model, 2-core CPU)")
+    for col in ("task", "method", "cells", "tokens", "~seconds"):
+        table.add_column(col, justify="left" if col in ("task", "method") else "right")
+    for job in plan.jobs:
+        for what, cells, tokens, seconds in job.rows:
+            table.add_row(job.task, what, str(cells), f"{tokens:,}", f"{seconds:,.0f}")
+    console.print(table)
 
 
 @app.command()
@@ -365,6 +292,21 @@ def report(
     if plot:
         for path in write_plots(frame, plot):
             console.print(f"plot: {path}")
+
+
+def _register_tasks() -> None:
+    from .tasks import registry
+
+    try:
+        tasks = registry()
+    except UserError as exc:  # still let `methods`, `report`... work; say why task commands are missing
+        err.print(exc.line(), markup=False)
+        return
+    for task in tasks.values():
+        _task_command(task)
+
+
+_register_tasks()
 
 
 def main() -> None:

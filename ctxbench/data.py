@@ -171,13 +171,19 @@ def tokenizer_digest(tokenizer) -> str:
 class Tokenized:
     """Token ids of a corpus, produced on demand in document order and cached on disk.
 
-    Documents are tokenised with the tokenizer's defaults (a BOS where the model adds one, as
-    the YaRN evaluation does); the first token of a document is context only.
+    ``bos``: ``auto`` keeps the tokenizer's default (SmolLM2 adds no BOS), ``on`` puts the
+    tokenizer's BOS token before every document (what the YaRN evaluation's ``perplexity.py``
+    does whenever the tokenizer has one), ``off`` removes a BOS the tokenizer adds. The first
+    token of a document is context only.
     """
 
-    def __init__(self, corpus: Corpus, tokenizer, cache_dir: str | Path | None = None) -> None:
+    def __init__(self, corpus: Corpus, tokenizer, cache_dir: str | Path | None = None, bos: str = "auto") -> None:
         self.corpus = corpus
         self.tokenizer = tokenizer
+        self.bos = bos
+        self.bos_id = getattr(tokenizer, "bos_token_id", None)
+        if bos == "on" and self.bos_id is None:
+            raise UserError("--bos on: this tokenizer has no BOS token", "use --bos auto or --bos off")
         root = Path(cache_dir or os.environ.get("CTXBENCH_CACHE") or Path.home() / ".cache" / "ctxbench") / "tokens"
         key = f"{tokenizer_digest(tokenizer)}-{corpus.digest.split(':')[-1]}"
         self.cache_path = root / f"{key}.pt"
@@ -194,7 +200,13 @@ class Tokenized:
             ids = self.tokenizer(self.corpus.texts[index], return_attention_mask=False)["input_ids"]
             self.ids[index] = torch.tensor(ids, dtype=torch.int32)
             self._dirty = True
-        return self.ids[index]
+        ids = self.ids[index]  # (n,) with the tokenizer's default special tokens
+        has_bos = self.bos_id is not None and len(ids) > 0 and int(ids[0]) == self.bos_id
+        if self.bos == "on" and not has_bos:
+            return torch.cat([torch.tensor([self.bos_id], dtype=ids.dtype), ids])
+        if self.bos == "off" and has_bos:
+            return ids[1:]
+        return ids
 
     def __len__(self) -> int:
         return len(self.corpus)

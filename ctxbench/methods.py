@@ -302,10 +302,24 @@ class MethodSetting:
     freq: Method
     attention: Method | None
     params: tuple[tuple[str, object], ...]  # sorted (key, value) pairs, hashable
+    label: str = ""  # how tables, plots and rows name it; default: name(non-default params)
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", default_label(self.name, self.params, self.defaults()))
+
+    def defaults(self) -> dict:
+        return {**self.freq.params, **(self.attention.params if self.attention else {})}
 
     @property
     def param_dict(self) -> dict:
         return dict(self.params)
+
+    @property
+    def uses_factor(self) -> bool:
+        """False when no part reads the factor (``none``, ``theta``, ``rerope``...): such a method
+        gives the same numbers at every factor, so a grid runs it once per length."""
+        return self.freq.uses_factor or (self.attention is not None and self.attention.uses_factor)
 
     @property
     def dynamic(self) -> bool:
@@ -322,6 +336,35 @@ class MethodSetting:
         return {k: v for k, v in self.params if self.attention is not None and k in self.attention.params}
 
 
+def format_value(value) -> str:
+    """A parameter value as labels show it: ``16`` for 16.0, ``0.25``, ``true``, ``a|b`` for lists."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "|".join(format_value(v) for v in value)
+    return str(value)
+
+
+def default_label(name: str, params, defaults: dict) -> str:
+    """``yarn(beta_fast=16)``: the name plus every parameter that differs from its default,
+    sorted by key; the bare name when all are defaults."""
+    changed = [(k, v) for k, v in sorted(dict(params).items()) if k not in defaults or _differs(v, defaults[k])]
+    if not changed:
+        return name
+    return name + "(" + ",".join(f"{k}={format_value(v)}" for k, v in changed) + ")"
+
+
+def _differs(value, default) -> bool:
+    if default is None or value is None:
+        return value is not default
+    try:
+        return float(value) != float(default)
+    except (TypeError, ValueError):
+        return value != default
+
+
 def _canonical(name: str) -> str:
     name = name.strip().lower()
     name = ALIASES.get(name, name)
@@ -330,7 +373,7 @@ def _canonical(name: str) -> str:
     return name
 
 
-def resolve(spec: str, params: dict | None = None) -> MethodSetting:
+def resolve(spec: str, params: dict | None = None, label: str | None = None) -> MethodSetting:
     """``"ntk+logn"``, ``{"beta_fast": 16}`` -> a :class:`MethodSetting` with defaults filled in.
 
     Raises :class:`UserError` for unknown names, unknown parameters and combinations other than
@@ -365,7 +408,7 @@ def resolve(spec: str, params: dict | None = None) -> MethodSetting:
         if merged.get(key) is not None and isinstance(merged[key], str):
             merged[key] = parse_length(merged[key])
     name = "+".join([freq.name] if attention is None else ([attention.name] if freq.name == "none" else [freq.name, attention.name]))
-    return MethodSetting(name=name, freq=freq, attention=attention, params=tuple(sorted(merged.items())))
+    return MethodSetting(name=name, freq=freq, attention=attention, params=tuple(sorted(merged.items())), label=label or "")
 
 
 def effective_params(setting: MethodSetting, geom: RopeGeometry, factor: float) -> dict:

@@ -26,20 +26,37 @@ def parse_length(text: str) -> int:
     return value
 
 
-def split_list(text: str | int | float | list | tuple) -> list[str]:
-    """``"a,b, c"`` -> ``["a", "b", "c"]``; lists pass through as strings."""
+def split_list(text: str | int | float | list | tuple, what: str = "list") -> list[str]:
+    """``"a,b, c"`` -> ``["a", "b", "c"]``; lists pass through as strings.
+
+    Strict: an empty item (``2k,,4k``, a trailing comma) is an error rather than silently dropped,
+    because it usually means a value was lost while editing a command.
+    """
     if isinstance(text, (list, tuple)):
         items = [str(t).strip() for t in text]
     else:
         items = [t.strip() for t in str(text).split(",")]
-    items = [t for t in items if t]
-    if not items:
-        raise UserError(f"empty list '{text}'", "give at least one value, comma separated")
+    if not items or all(not t for t in items):
+        raise UserError(f"empty {what} '{text}'", "give at least one value, comma separated")
+    if any(not t for t in items):
+        raise UserError(f"empty item in {what} '{text}'", "remove the extra comma, e.g. 2k,4k")
     return items
 
 
+def _unique(values: list, items: list[str], what: str) -> list:
+    """Values given twice (``2k,2048``; ``2,2.0``) are an error naming both spellings."""
+    seen: dict = {}
+    for value, item in zip(values, items, strict=True):
+        if value in seen:
+            raise UserError(f"{what} {item} is given twice ({seen[value]} and {item})", f"list each {what} once")
+        seen[value] = item
+    return values
+
+
 def parse_lengths(text) -> list[int]:
-    return sorted(dict.fromkeys(parse_length(t) for t in split_list(text)))
+    """``"4k,2k"`` -> ``[2048, 4096]`` (sorted; duplicates are an error)."""
+    items = split_list(text, what="length list")
+    return sorted(_unique([parse_length(t) for t in items], items, "length"))
 
 
 def parse_factor(text) -> float:
@@ -57,7 +74,9 @@ def parse_factor(text) -> float:
 
 
 def parse_factors(text) -> list[float]:
-    return list(dict.fromkeys(parse_factor(t) for t in split_list(text)))
+    """``"2,4"`` -> ``[2.0, 4.0]`` in the given order; duplicates are an error."""
+    items = split_list(text, what="factor list")
+    return _unique([parse_factor(t) for t in items], items, "factor")
 
 
 def parse_value(text: str):
@@ -74,15 +93,28 @@ def parse_value(text: str):
 
 
 def parse_params(items: list[str] | None) -> dict:
-    """``["beta_fast=16", "window=2k"]`` -> ``{"beta_fast": 16, "window": "2k"}``."""
+    """``["beta_fast=16,32", "window=2k"]`` -> ``{"beta_fast": [16, 32], "window": "2k"}``.
+
+    A comma list after ``key=`` is a grid of values (one method entry per value); an item
+    without ``=`` continues the previous key's list. A key given twice is an error.
+    """
     params: dict = {}
     for item in items or []:
-        for part in split_list(item):
+        key = None
+        for part in split_list(item, what="--param"):
             if "=" not in part:
-                raise UserError(f"bad --param '{part}'", "write key=value, e.g. --param beta_fast=16")
+                if key is None:
+                    raise UserError(f"bad --param '{part}'", "write key=value, e.g. --param beta_fast=16")
+                params[key] = [*params[key], parse_value(part)] if isinstance(params[key], list) else [params[key], parse_value(part)]
+                continue
             key, value = part.split("=", 1)
             key = key.strip()
             if not key:
                 raise UserError(f"bad --param '{part}': empty key", "write key=value, e.g. --param beta_fast=16")
+            if key in params:
+                raise UserError(f"--param {key} is given twice", f"give one list instead, e.g. --param {key}=16,32")
             params[key] = parse_value(value.strip())
+    for key, value in params.items():
+        if isinstance(value, list) and len(set(map(repr, value))) != len(value):
+            raise UserError(f"--param {key} lists a value twice", "list each value once")
     return params

@@ -20,14 +20,16 @@ from pathlib import Path
 from .errors import UserError
 
 COLUMNS = [
-    "run_id", "time", "model", "model_digest", "dataset", "data_digest", "task", "method",
-    "factor", "length", "stride", "depth", "trial", "doc", "metric", "value", "tokens", "seconds",
+    "run_id", "time", "model", "model_digest", "dataset", "data_digest", "task", "method", "label",
+    "factor", "length", "stride", "depth", "variant", "trial", "doc", "metric", "value", "tokens", "seconds",
     "status", "device", "dtype", "seed", "method_params", "ctxbench_version", "torch_version",
     "transformers_version", "mode", "answer", "extra",
 ]  # fmt: skip
+# Columns added after the first release: files without them still load (see read_records).
+LATER_COLUMNS = {"label", "variant"}
 
 # Columns that identify a cell (the unit that is resumed and compared).
-CELL_KEY = ["model_digest", "data_digest", "task", "method", "method_params", "factor", "length", "stride", "depth", "seed"]
+CELL_KEY = ["model_digest", "data_digest", "task", "method", "label", "method_params", "factor", "length", "stride", "depth", "variant", "seed"]
 # Columns that identify one value inside a cell.
 ROW_KEY = [*CELL_KEY, "trial", "doc", "metric"]
 
@@ -44,10 +46,12 @@ class Row:
     data_digest: str
     task: str
     method: str
-    factor: float
+    label: str
+    factor: float | str  # "" for a method that ignores the factor (run once for every factor)
     length: int
     stride: int | str
     depth: float | str
+    variant: str
     trial: int | str
     doc: str
     metric: str
@@ -116,7 +120,7 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
         raise UserError(f"results file '{path}' is empty", "delete it or point at a CSV written by ctxbench")
     reader = csv.reader(io.StringIO(text))
     header = next(reader)
-    missing = [c for c in COLUMNS if c not in header]
+    missing = [c for c in COLUMNS if c not in header and c not in LATER_COLUMNS]
     if missing:
         raise UserError(
             f"'{path}' is not a ctxbench results CSV (missing columns: {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''})",
@@ -131,10 +135,34 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
                 f"'{path}' line {lineno} has {len(values)} fields, expected {len(header)}: the file is truncated or damaged",
                 "re-run the sweep (finished cells are kept) or restore the file",
             )
-        records.append(dict(zip(header, values, strict=True)))
+        record = dict(zip(header, values, strict=True))
+        if "label" not in record:
+            record["label"] = derived_label(record["method"], record["method_params"])
+        record.setdefault("variant", "")
+        records.append(record)
     if not text.endswith("\n"):
         raise UserError(f"'{path}' does not end with a newline: the file is truncated", "restore or regenerate it")
     return records
+
+
+def derived_label(method: str, params_json: str) -> str:
+    """The label of a row written before labels existed: the method name plus every parameter
+    that differs from a fixed registry default (values the method derives itself — ``auto`` —
+    cannot be told from user-set ones, so they are left out)."""
+    import json
+
+    from .methods import METHODS, default_label
+
+    try:
+        params = json.loads(params_json) if params_json else {}
+    except ValueError:
+        return method
+    defaults = {}
+    for part in method.split("+"):
+        if part in METHODS:
+            defaults.update(METHODS[part].params)
+    shown = {k: v for k, v in params.items() if defaults.get(k, 0) is not None}
+    return default_label(method, shown, defaults)
 
 
 def write_records(path: str | Path, records: Iterable[dict]) -> None:

@@ -1,8 +1,13 @@
-"""Run a task's grid on a loaded model: skip finished cells, write each cell as it lands.
+"""The one orchestration path: plan, load once, run every job's grid, write rows, summarise.
 
-Data flows one way: cli -> runner -> tasks -> rows -> results. The runner owns provenance
-(model and data digests, versions, device, seed, method parameters after defaults) and the
-resume logic; tasks only measure.
+Data flows one way: cli / api -> runner -> tasks -> rows -> results. :func:`execute` is what the
+CLI and the Python API (``ctxbench.run``, ``ctxbench.sweep``) both call; showing progress is an
+option of it (a rich console), not a second path. Under ``torchrun`` / ``accelerate launch`` each
+rank runs the cell groups whose index is its rank modulo the world size, all ranks share one
+``run_id`` and write into the same results file (it is locked per cell).
+
+The runner owns provenance (model and data digests, versions, device, seed, method parameters
+after defaults) and resume; tasks only measure.
 """
 
 from __future__ import annotations
@@ -10,22 +15,16 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-import torch
-import transformers
-
 from . import __version__
-from .methods import effective_params
-from .models import DEFAULT_MODEL, LoadedModel, load
-from .results import ResultsFile, Row, cell_key
-from .tasks import TASKS
-from .tasks.base import Cell, Measurement
+from .tasks.base import Cell, Measurement, Task
+
+DEFAULT_MODEL = "smollm2-135m"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """How to load the model (CLI: --model --device --dtype --attn --device-map --trust-remote-code)."""
 
@@ -37,22 +36,35 @@ class ModelConfig:
     device_map: str | None = None
     quantization: str | None = None
 
-    def load(self) -> LoadedModel:
+    def load(self):
+        from .models import load
+
         return load(
             self.model, device=self.device, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
             attn=self.attn, device_map=self.device_map, quantization=self.quantization,
         )
 
 
+@dataclass(frozen=True)
+class Job:
+    """One task with its settings: a command, or one section of a suite."""
+
+    task: Task
+    settings: object
+
+
 @dataclass
-class RunResult:
-    """What a task run produced: every record of its grid (new and resumed) and notes for people."""
+class Outcome:
+    """What a run produced: every record of its grids (new and resumed) and notes for people."""
 
     records: list[dict]
+    run_id: str = ""
     ran: int = 0
     skipped: int = 0
     failed: int = 0
     notes: list[str] = field(default_factory=list)
+    trained_len: int | None = None
+    keys: set = field(default_factory=set)  # cell keys of the whole grid (every rank's share)
 
 
 def new_run_id() -> str:
@@ -60,10 +72,12 @@ def new_run_id() -> str:
 
 
 def is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-class _MemoryResults:
+class MemoryResults:
     """Stands in for a ResultsFile when no --out is given (Python API)."""
 
     def __init__(self) -> None:
@@ -73,40 +87,126 @@ class _MemoryResults:
         return set()
 
     def add(self, rows) -> None:
+        from .results import cell_key
+
         new = [r.as_strings() for r in rows]
         keys = {cell_key(r) for r in new}
         self.records = [r for r in self.records if cell_key(r) not in keys] + new
 
 
-def run_task(
-    lm: LoadedModel,
-    task: str,
-    settings,
+def execute(
+    jobs: list[Job],
+    model,
     out: str | os.PathLike | None = None,
     resume: bool = True,
     seed: int = 0,
+    console=None,
+    dry_run: bool = False,
+) -> Outcome:
+    """Run every job on one model load. ``model`` is a :class:`ModelConfig` or an already loaded
+    model; ``console`` (a rich Console) shows the plan, progress with an ETA and the summary."""
+    from . import distributed
+    from .plan import plan_table, print_plan
+
+    if out is not None:
+        from .results import check_writable
+
+        check_writable(out)
+    w = distributed.world()
+    show = console if console is not None and w.rank == 0 else None
+    name = model.model if isinstance(model, ModelConfig) else model.name
+    trained = None if isinstance(model, ModelConfig) else model.geometry.trained_len
+    plan = plan_table(jobs, name, trained)
+    if show is not None:
+        print_plan(show, plan, out)
+    if dry_run:
+        return Outcome(records=[])
+    distributed.init(w)
+    run_id = distributed.shared(w, new_run_id())
+    if isinstance(model, ModelConfig):
+        model = replace(model, device=distributed.rank_device(model.device, w))
+        if show is not None:
+            with show.status(f"loading {model.model} ..."):
+                lm = model.load()
+        else:
+            lm = model.load()
+    else:
+        lm = model
+    results = _results(out, resume)
+    outcome = Outcome(records=[], run_id=run_id, trained_len=lm.geometry.trained_len)
+    from .progress import TokenProgress
+
+    with TokenProgress(show, lm.model) as progress:
+        for i, job in enumerate(jobs):
+            cost = plan.jobs[i].tokens if i < len(plan.jobs) else 0
+            part = run_task(lm, job, results, seed=seed, run_id=run_id, shard=(w.rank, w.size) if w.active else None,
+                            progress=progress, planned_tokens=cost)  # fmt: skip
+            outcome.records += part.records
+            outcome.ran, outcome.skipped, outcome.failed = outcome.ran + part.ran, outcome.skipped + part.skipped, outcome.failed + part.failed
+            outcome.notes += [n for n in part.notes if n not in outcome.notes]
+            outcome.keys |= part.keys
+    if w.active:
+        distributed.barrier(w)
+        if out is not None:  # every rank's cells are in the file now
+            from .results import cell_key, read_records
+
+            outcome.records = [r for r in read_records(out) if cell_key(r) in outcome.keys]
+        distributed.finish(w)
+    if show is not None:
+        _summarise(show, jobs, outcome, out)
+    return outcome
+
+
+def _results(out, resume):
+    if out is None:
+        return MemoryResults()
+    from .results import ResultsFile
+
+    return ResultsFile(out, resume=resume)
+
+
+def _summarise(show, jobs: list[Job], outcome: Outcome, out) -> None:
+    from .display import summary_tables
+
+    for note in outcome.notes:
+        show.print(f"[yellow]{'' if note.startswith('warning:') else 'note: '}{note}[/]", markup=True)
+    for table in summary_tables(outcome.records, outcome.trained_len, [j.task.name for j in jobs]):
+        show.print(table)
+    where = f" -> {out}" if out is not None else ""
+    show.print(f"[dim]{outcome.ran} cell(s) run, {outcome.skipped} resumed, {outcome.failed} failed{where}[/]")
+
+
+def run_task(
+    lm,
+    job: Job,
+    results,
+    seed: int = 0,
     run_id: str | None = None,
-    on_start: Callable[[int, int], None] | None = None,
-    on_cell: Callable[[Cell, list[dict]], None] | None = None,
     shard: tuple[int, int] | None = None,
-) -> RunResult:
-    """Run every cell of ``settings``' grid that ``out`` does not hold yet.
+    progress=None,
+    planned_tokens: int = 0,
+) -> Outcome:
+    """Run every cell of ``job``'s grid that ``results`` does not hold yet.
 
-    ``on_start(todo, skipped)`` and ``on_cell(cell, rows)`` drive progress displays. ``shard``
-    ``(rank, world)`` runs only the groups of cells whose index is ``rank`` modulo ``world``.
+    ``shard`` ``(rank, world)`` runs only the groups of cells whose index is ``rank`` modulo
+    ``world``. A group that runs out of memory is retried cell by cell with smaller chunks; cells
+    that still fail become rows with ``status = oom`` and the grid goes on.
     """
-    if task not in TASKS:
-        from .errors import unknown
+    import torch
+    import transformers
 
-        raise unknown("task", task, TASKS)
-    module = TASKS[task]
-    results = ResultsFile(out, resume=resume) if out is not None else _MemoryResults()
+    from .methods import effective_params
+    from .results import Row, cell_key
+
+    task, settings = job.task, job.settings
     torch.manual_seed(seed)
-    ctx = module.prepare(lm, settings)
-    grid = module.cells(settings, ctx)
+    ctx = task.prepare(lm, settings)
+    ctx.seed = seed
+    grid = task.cells(settings, ctx)
     # Groups come from the whole grid, so a cell's group (and, sharded, its rank) never depends
     # on what is already done; finished cells are dropped from their group afterwards.
-    groups = module.groups(grid, settings)
+    groups = task.groups(grid, settings)
+    full_grid = grid
     if shard is not None:
         rank, world = shard
         groups = [g for i, g in enumerate(groups) if i % world == rank]
@@ -117,29 +217,36 @@ def run_task(
         device=lm.device, dtype=lm.dtype, seed=seed, ctxbench_version=__version__,
         torch_version=torch.__version__, transformers_version=transformers.__version__,
     )
+    extra_all = {"trained_len": lm.geometry.trained_len}
+    if shard is not None:
+        extra_all["rank"] = shard[0]
     params: dict[tuple, str] = {}  # (method, factor) -> JSON of every parameter after defaults
     for c in grid:
         if (c.method, c.factor) not in params:
-            params[(c.method, c.factor)] = json.dumps(effective_params(c.method, lm.geometry, c.factor), sort_keys=True)
-
-    outcome_notes = list(getattr(ctx, "notes", []))
+            params[(c.method, c.factor)] = json.dumps(effective_params(c.method, lm.geometry, c.factor or 1.0), sort_keys=True)
+    notes = list(ctx.notes)
     for cell in grid:
         window = json.loads(params[(cell.method, cell.factor)]).get("window")
         if cell.method.attention is not None and window is not None and window >= cell.length:
-            note = (f"warning: {cell.method.name} window {window} >= length {cell.length}: no relative position reaches "
+            note = (f"warning: {cell.method.label} window {window} >= length {cell.length}: no relative position reaches "
                     f"the window, so it equals plain RoPE there — use a smaller --param window")  # fmt: skip
-            if note not in outcome_notes:
-                outcome_notes.append(note)
+            if note not in notes:
+                notes.append(note)
+    factors = sorted(set(settings.factors))
 
     def rows_for(cell: Cell, measurements: list[Measurement]) -> list[Row]:
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        cell_extra = dict(extra_all)
+        if cell.factor is None:  # run once for every factor of the grid (the method ignores it)
+            cell_extra["factors"] = factors
         return [
             Row(
-                time=now, task=cell.task, method=cell.method.name, factor=cell.factor, length=cell.length,
+                time=now, task=cell.task, method=cell.method.name, label=cell.method.label,
+                factor=cell.factor if cell.factor is not None else "", length=cell.length,
                 stride=cell.stride if cell.stride is not None else "", depth=cell.depth if cell.depth is not None else "",
-                trial=m.trial, doc=m.doc, metric=m.metric, value=m.value, tokens=m.tokens, seconds=m.seconds,
-                status=m.status, method_params=params[(cell.method, cell.factor)], mode=m.mode, answer=m.answer,
-                extra=json.dumps({**m.extra, "trained_len": lm.geometry.trained_len}, sort_keys=True), **provenance,
+                variant=cell.variant, trial=m.trial, doc=m.doc, metric=m.metric, value=m.value, tokens=m.tokens,
+                seconds=m.seconds, status=m.status, method_params=params[(cell.method, cell.factor)], mode=m.mode,
+                answer=m.answer, extra=json.dumps({**m.extra, **cell_extra}, sort_keys=True), **provenance,
             )
             for m in measurements
         ]
@@ -151,40 +258,43 @@ def run_task(
     todo_groups = [[c for c in g if key_of(c) not in done] for g in groups]
     todo_groups = [g for g in todo_groups if g]
     todo = sum(len(g) for g in todo_groups)
-    outcome = RunResult(records=[], skipped=len(grid) - todo, notes=outcome_notes)
-    if on_start:
-        on_start(todo, outcome.skipped)
+    outcome = Outcome(records=[], run_id=run_id, skipped=len(grid) - todo, notes=notes)
+    outcome.keys = {key_of(c) for c in full_grid}
+    if progress is not None:
+        share = planned_tokens * todo / max(1, len(full_grid))
+        progress.start_task(task.name, cells=todo, tokens=int(share), skipped=outcome.skipped)
     for group in todo_groups:
         finished: set[Cell] = set()
         try:
-            for cell, measurements in _run_with_retry(module, lm, ctx, group, settings, finished):
-                rows = rows_for(cell, measurements)
-                results.add(rows)
+            for cell, measurements in _run_with_retry(task, lm, ctx, group, settings, finished):
+                results.add(rows_for(cell, measurements))
                 finished.add(cell)
                 outcome.ran += 1
-                if on_cell:
-                    on_cell(cell, [r.as_strings() for r in rows])
+                if progress is not None:
+                    progress.cell_done(cell.label())
         except Exception as exc:
             if not is_oom(exc):
                 raise
             for cell in group:
                 if cell in finished:
                     continue
-                rows = rows_for(cell, [Measurement("error", "", status="oom", extra={"error": str(exc).splitlines()[0][:200]})])
-                results.add(rows)
+                first_line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+                results.add(rows_for(cell, [Measurement("error", "", status="oom", extra={"error": first_line})]))
                 outcome.failed += 1
-                if on_cell:
-                    on_cell(cell, [r.as_strings() for r in rows])
+                if progress is not None:
+                    progress.cell_done(cell.label())
     keys = {key_of(c) for c in grid}
     outcome.records = [r for r in results.records if cell_key(r) in keys]
     return outcome
 
 
-def _run_with_retry(module, lm, ctx, group, settings, finished):
+def _run_with_retry(task: Task, lm, ctx, group, settings, finished):
     """Run a group; on out-of-memory, free the cache and retry the unfinished cells one by one
     with smaller chunks before giving up (the caller marks them ``oom``)."""
+    import torch
+
     try:
-        yield from module.run_group(lm, ctx, group, settings)
+        yield from task.run_group(lm, ctx, group, settings)
         return
     except Exception as exc:
         if not is_oom(exc):
@@ -192,7 +302,7 @@ def _run_with_retry(module, lm, ctx, group, settings, finished):
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     if hasattr(settings, "chunk"):
-        settings.chunk = max(64, settings.chunk // 4)
+        settings = replace(settings, chunk=max(64, settings.chunk // 4))
     for cell in group:
         if cell not in finished:
-            yield from module.run_group(lm, ctx, [cell], settings)
+            yield from task.run_group(lm, ctx, [cell], settings)

@@ -1,7 +1,37 @@
-"""Task registry: a plain dict from task name to its module (see :mod:`ctxbench.tasks.base`)."""
+"""Task registry: every entry point in the group ``ctxbench.tasks`` (built-in tasks included,
+see ``pyproject.toml``) names a module attribute holding a :class:`ctxbench.tasks.base.Task`.
+
+Loading reads only the task specs (no torch), so ``ctxbench --help`` stays fast.
+"""
 
 from __future__ import annotations
 
-from . import passkey, ppl
+from importlib.metadata import entry_points
 
-TASKS = {"ppl": ppl, "passkey": passkey}
+from ..errors import UserError, unknown
+from .base import Task
+
+GROUP = "ctxbench.tasks"
+
+
+def registry() -> dict[str, Task]:
+    """Every installed task by name, in entry-point order (built-ins first)."""
+    tasks: dict[str, Task] = {}
+    for ep in sorted(entry_points(group=GROUP), key=lambda e: (not e.value.startswith("ctxbench."), e.name)):
+        task = ep.load()
+        if not isinstance(task, Task):
+            raise UserError(f"entry point '{ep.name} = {ep.value}' in {GROUP} is not a ctxbench Task",
+                            "point it at a module attribute TASK = ctxbench.tasks.base.Task(...)")  # fmt: skip
+        if task.name != ep.name:
+            raise UserError(f"entry point '{ep.name}' holds task '{task.name}'", "name the entry point after the task")
+        tasks.setdefault(task.name, task)
+    if not tasks:
+        raise UserError("no ctxbench tasks are registered", "reinstall ctxbench (bash scripts/setup.sh, or pip install -e .)")
+    return tasks
+
+
+def get(name: str, tasks: dict[str, Task] | None = None) -> Task:
+    tasks = registry() if tasks is None else tasks
+    if name not in tasks:
+        raise unknown("task", name, tasks)
+    return tasks[name]

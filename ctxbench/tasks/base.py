@@ -1,37 +1,78 @@
-"""What every task shares: the cell it measures and the measurements it yields.
+"""The task protocol: what a task module provides and what it gets from ctxbench in return.
 
-A task module exposes ``Settings`` (a dataclass), ``cells(settings)``, ``prepare(lm, settings)``
-returning a context with ``dataset`` and ``data_digest``, ``groups(cells, settings)`` and
-``run_group(lm, context, group, settings)`` yielding ``(cell, [Measurement, ...])`` as each cell
-finishes. Provenance (model, digests, versions, ...) is added by the runner, not by tasks.
+A task is one module (or package) that exposes ``TASK = Task(...)`` and is registered as an entry
+point in the group ``ctxbench.tasks`` (the built-in ones too, see ``pyproject.toml``). It owns:
+
+- its settings: a frozen dataclass whose first fields are ``methods``, ``factors`` and ``lengths``,
+  plus the task's own :class:`Option` list. One function, :func:`ctxbench.settings.build_settings`,
+  builds and validates it from CLI options, a suite table and API keywords alike;
+- ``prepare(lm, settings) -> Context`` (a :class:`Context`: dataset name, data digest, notes, and
+  whatever the task keeps), ``cells(settings, ctx) -> [Cell]``, ``groups(cells, settings) ->
+  [[Cell]]`` (cells computed together to share work) and ``run_group(lm, ctx, group, settings)``
+  yielding ``(cell, [Measurement])`` as each cell finishes;
+- its headline ``metric`` and whether higher is better (for report, compare and effective length);
+- ``cost(settings, trained_len) -> [CostItem]`` for plans and dry runs (no model needed);
+- optionally ``tables(frame, trained_len)`` and ``plots(frame, directory)`` for people.
+
+In return every registered task gets a ``ctxbench NAME`` command, a ``[NAME]`` suite section,
+resumable CSV rows with full provenance, torchrun sharding, ``report`` and ``compare``.
+
+Nothing here imports torch: ``ctxbench --help`` loads every task's spec to build its command.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..methods import MethodSetting
+
+@dataclass(frozen=True)
+class Option:
+    """One task option: a settings field, a ``--flag`` and a suite key at once.
+
+    ``parse`` turns a raw value (a CLI string, or a TOML/Python value) into the field's value and
+    raises :class:`ctxbench.errors.UserError` for bad input; ``None`` means "not given" and keeps
+    the dataclass default. ``flag`` overrides the CLI flag (default ``--name`` with ``-`` for ``_``);
+    ``is_flag`` makes a boolean ``--name/--no-name`` switch.
+    """
+
+    name: str
+    help: str
+    parse: Callable[[Any], Any] | None = None
+    flag: str | None = None
+    is_flag: bool = False
+    metavar: str | None = None
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
 
 
 @dataclass(frozen=True)
 class Cell:
-    """The unit of work that is resumed: one task, method, factor, length (and stride or depth)."""
+    """The unit of work that is resumed: one task, method, factor, length (and stride, depth or
+    variant). ``factor`` is ``None`` for methods that do not use it: they run once per length."""
 
     task: str
-    method: MethodSetting
-    factor: float
+    method: Any  # ctxbench.methods.MethodSetting
+    factor: float | None
     length: int
     stride: int | None = None
     depth: float | None = None
+    variant: str = ""
 
     def label(self) -> str:
-        parts = [self.task, self.method.name, f"x{self.factor:g}", f"{self.length}"]
+        parts = [self.task, self.method.label, f"x{self.factor:g}" if self.factor is not None else "any factor", f"{self.length}"]
+        if self.variant:
+            parts.insert(1, self.variant)
         if self.depth is not None:
             parts.append(f"depth {self.depth:g}")
         return " ".join(parts)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Measurement:
     """One value of a cell; the runner turns it into a :class:`ctxbench.results.Row`."""
 
@@ -45,3 +86,56 @@ class Measurement:
     answer: str = ""
     mode: str = ""
     extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What ``prepare`` returns: where the data came from, notes for people, and task state."""
+
+    dataset: str
+    data_digest: str
+    notes: list[str] = field(default_factory=list)
+    state: Any = None
+    seed: int = 0  # the run's seed, set by the runner: every random choice derives from it
+
+
+@dataclass(frozen=True)
+class CostItem:
+    """A rough cost of one group of cells, for plans: the forwards it makes (their token counts)
+    and how many of them are decoding steps of one token."""
+
+    cells: int
+    forwards: tuple[int, ...]  # prompt/forward lengths in tokens
+    decode_steps: int = 0
+    what: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.forwards) + self.decode_steps
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registered task (see the module docstring)."""
+
+    name: str
+    help: str
+    settings: type
+    options: tuple[Option, ...]
+    prepare: Callable
+    cells: Callable
+    groups: Callable
+    run_group: Callable
+    cost: Callable
+    metric: str
+    higher_is_better: bool
+    default_lengths: Callable[[int], list[int]] = lambda trained_len: [trained_len // 2, trained_len, 2 * trained_len]
+    tables: Callable | None = None
+    plots: Callable | None = None
+    validate: Callable | None = None  # settings -> None; raises UserError (called before any model loads)
+
+    def option_names(self) -> list[str]:
+        return [o.name for o in self.options]
+
+    def field_names(self) -> set[str]:
+        return {f.name for f in dataclasses.fields(self.settings)}

@@ -18,21 +18,15 @@ count are decoded as one batch.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import random
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import torch
-
 from ..errors import UserError
-from ..methods import MethodSetting
-from ..models import LoadedModel
-from ..patching import applied
-from .base import Cell, Measurement
+from .base import Cell, Context, CostItem, Measurement, Option, Task
+from .common import factors_for, parse_bool, parse_positive_int
 
 NAME = "passkey"
 INSTRUCTION = (
@@ -45,28 +39,44 @@ NEEDLE_TAIL = ". Remember it. {key} is the pass key."
 QUESTION = "What is the pass key?"
 ANSWER_START = "The pass key is"
 TEMPLATE_DIGEST = "sha256:" + hashlib.sha256("\n".join([INSTRUCTION, FILLER, NEEDLE_HEAD, NEEDLE_TAIL, QUESTION, ANSWER_START]).encode()).hexdigest()[:16]
-# KV-cache budget for a batch of trials (bytes); more trials than fit run in several batches.
-CACHE_BUDGET = 4 * 2**30
+DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
-    methods: list[MethodSetting]
-    factors: list[float]
-    lengths: list[int] | None = None
-    depths: list[float] | None = None
-    trials: int = 2
+    methods: tuple
+    factors: tuple[float, ...]
+    lengths: tuple[int, ...] | None = None  # None: L/2, L, 2L
+    depths: tuple[float, ...] = DEFAULT_DEPTHS
+    trials: int = 4
     digits: int = 5
-    seed: int = 0
     chat: bool = False
     max_new_tokens: int = 10
 
 
-@dataclass
-class Context:
-    dataset: str
-    data_digest: str
-    notes: list[str]
+def _depths_option(value) -> tuple[float, ...]:
+    """``--depths 5`` (N evenly spaced) or ``--depths 0.1,0.5`` (a list; also a TOML list)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(parse_depths(None, ",".join(map(str, value))))
+    text = str(value).strip()
+    if "," in text or "." in text:
+        return tuple(parse_depths(None, text))
+    return tuple(parse_depths(parse_positive_int(text, "--depths"), None))
+
+
+OPTIONS = (
+    Option("depths", "N evenly spaced depths in [0, 1] (e.g. 5), or a comma list of depths (0.1,0.5,0.9); default 5", _depths_option),
+    Option("trials", "trials (random keys) per length and depth (default 4)", lambda v: parse_positive_int(v, "--trials")),
+    Option("digits", "digits of the pass key (default 5)", lambda v: _digits(v)),
+    Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True),
+)
+
+
+def _digits(value) -> int:
+    n = parse_positive_int(value, "--digits")
+    if n > 20:
+        raise UserError(f"--digits {n} must be between 1 and 20", "the protocol uses 5")
+    return n
 
 
 @dataclass(frozen=True)
@@ -111,7 +121,7 @@ def parse_depths(depths: int | None = None, depth: str | None = None) -> list[fl
     return [0.5] if n == 1 else [round(i / (n - 1), 4) for i in range(n)]
 
 
-def check_settings(settings: Settings) -> None:
+def validate(settings: Settings) -> None:
     if settings.trials < 1:
         raise UserError(f"--trials {settings.trials} must be >= 1", "pass e.g. --trials 2")
     if not 1 <= settings.digits <= 20:
@@ -121,6 +131,10 @@ def check_settings(settings: Settings) -> None:
     for d in settings.depths or []:
         if not 0 <= d <= 1:
             raise UserError(f"depth {d} is outside [0, 1]", "0 puts the key at the start of the filler, 1 at its end")
+
+
+def default_lengths(trained_len: int) -> list[int]:
+    return [trained_len // 2, trained_len, 2 * trained_len]
 
 
 def draw_key(seed: int, length: int, depth: float, trial: int, digits: int) -> int:
@@ -211,159 +225,127 @@ def build_prompt(tokenizer, length: int, depth: float, key: int, chat: bool = Fa
     return Prompt(ids=tuple(ids), key=key, key_span=(start, start + len(key_ids)), prefix_len=start, shared_len=len(intro) + split)
 
 
-def prepare(lm: LoadedModel, settings: Settings) -> Context:
-    check_settings(settings)
-    if not settings.lengths:
-        settings.lengths = [4096, 8192, 16384]
-    if not settings.depths:
-        settings.depths = parse_depths()
+def prepare(lm, settings: Settings) -> Context:
+    lengths = settings.lengths or tuple(default_lengths(lm.geometry.trained_len))
     need = fixed_tokens(lm.tokenizer, settings.digits, settings.chat) + 1
-    short = [n for n in settings.lengths if n < need]
+    short = [n for n in lengths if n < need]
     if short:
         raise UserError(
             f"length {short[0]} is shorter than the passkey prompt's fixed text ({need - 1} tokens)",
             f"use --len of at least {need} (e.g. 1k)",
         )
-    return Context(dataset="passkey" + ("-chat" if settings.chat else ""), data_digest=TEMPLATE_DIGEST, notes=[])
+    return Context(dataset="passkey" + ("-chat" if settings.chat else ""), data_digest=TEMPLATE_DIGEST, state=lengths)
 
 
 def cells(settings: Settings, ctx: Context) -> list[Cell]:
     return [
         Cell(NAME, m, f, n, depth=d)
         for m in settings.methods
-        for f in settings.factors
-        for n in settings.lengths
+        for f in factors_for(m, settings.factors)
+        for n in ctx.state
         for d in settings.depths
     ]
 
 
 def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
     """The depths of one (method, factor, length) run together: their prompts start with the same
-    instruction and filler, so one running KV cache serves them all (see :func:`run_group`)."""
+    instruction and filler, so one running KV cache serves them all (ctxbench.decoding)."""
     out: dict[tuple, list[Cell]] = {}
     for cell in todo:
         out.setdefault((cell.method, cell.factor, cell.length), []).append(cell)
     return list(out.values())
 
 
-@torch.inference_mode()
-def greedy(model, ids: torch.Tensor, max_new_tokens: int, eos: int | None, cache=None) -> list[list[int]]:
-    """Greedy decoding of a batch ``ids`` (batch, n) continuing ``cache``; only the last
-    position's logits are computed (``logits_to_keep=1``)."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache() if cache is None else cache
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    new: list[list[int]] = [[] for _ in range(ids.shape[0])]
-    done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-    for step in range(max_new_tokens):
-        token = out.logits[:, -1].argmax(dim=-1)  # (batch,)
-        for b in range(ids.shape[0]):
-            if not done[b]:
-                new[b].append(int(token[b]))
-        if eos is not None:
-            done |= token == eos
-        if bool(done.all()) or step == max_new_tokens - 1:
-            break
-        out = model(input_ids=token[:, None], past_key_values=cache, use_cache=True, logits_to_keep=1)
-    return new
+def cost(settings: Settings, trained_len: int) -> list[CostItem]:
+    """The filler once per length, then per trial the part after its needle (half a prompt on
+    average) and the decoding steps."""
+    lengths = settings.lengths or default_lengths(trained_len)
+    items = []
+    for m in settings.methods:
+        for f in factors_for(m, settings.factors):
+            forwards = tuple(lengths) + tuple(max(1, int(n * (1 - d))) for n in lengths for d in settings.depths for _ in range(settings.trials))
+            steps = len(lengths) * len(settings.depths) * settings.trials * settings.max_new_tokens
+            items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps))
+    return items
 
 
-@torch.inference_mode()
-def prefix_cache(model, ids: list[int], cache=None):
-    """KV cache of ``ids`` (one sequence), continuing ``cache`` in place when given."""
-    from transformers import DynamicCache
+def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
+    """The depths of one (method, factor, length): every trial's prompt, decoded with the shared
+    instruction-and-filler stream computed once (:func:`ctxbench.decoding.decode_shared`); a
+    cell is yielded as soon as all its trials are answered."""
+    from ..decoding import decode_shared
+    from ..patching import applied
 
-    device = next(model.parameters()).device
-    cache = DynamicCache() if cache is None else cache
-    if ids:
-        model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
-    return cache
-
-
-def _cache_bytes_per_token(model) -> int:
-    cfg = model.config
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * next(model.parameters()).element_size()
-
-
-def run_group(lm: LoadedModel, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
-    """The depths of one (method, factor, length), shallowest first.
-
-    Every prompt of a length starts with the same instruction and filler stream; a depth's prefix
-    is that stream up to its needle line (``shared_len``) plus the needle's head. One running KV
-    cache is extended along the stream from depth to depth, so the filler before the deepest
-    needle goes through the model once per length, not once per depth; each depth copies it,
-    adds its needle head, and decodes its trials from there (batched when their suffixes have
-    the same token count).
-    """
-    model, tok = lm.model, lm.tokenizer
-    device = next(model.parameters()).device
-    eos = tok.eos_token_id
+    tok = lm.tokenizer
     first = group[0]
     assert all((c.method, c.factor, c.length) == (first.method, first.factor, first.length) for c in group)
-    planned = []
+    prompts, owner = [], []
     for cell in group:
-        keys = [draw_key(settings.seed, cell.length, cell.depth, t, settings.digits) for t in range(settings.trials)]
-        prompts = [build_prompt(tok, cell.length, cell.depth, key, settings.chat) for key in keys]
-        prefix = prompts[0].ids[: prompts[0].prefix_len]
-        assert all(p.ids[: p.prefix_len] == prefix for p in prompts)
-        planned.append((cell, prompts))
-    planned.sort(key=lambda cp: cp[1][0].shared_len)
+        for t in range(settings.trials):
+            key = draw_key(ctx.seed, cell.length, cell.depth, t, settings.digits)
+            prompts.append(build_prompt(tok, cell.length, cell.depth, key, settings.chat))
+            owner.append((cell, t))
     # Dynamic methods see prompt plus new tokens; every prompt of a length has that many tokens.
-    seq_len = max(len(p.ids) for _, prompts in planned for p in prompts) + settings.max_new_tokens
-    per_trial = _cache_bytes_per_token(model) * seq_len
-    batch = max(1, CACHE_BUDGET // max(1, per_trial))
-    with applied(model, lm.geometry, first.method, first.factor, seq_len):
-        running, done = None, 0  # KV cache of the first ``done`` tokens of the shared stream
-        for cell, prompts in planned:
-            p0 = prompts[0]
-            t0 = time.perf_counter()
-            running = prefix_cache(model, list(p0.ids[done : p0.shared_len]), running)
-            done = p0.shared_len
-            base = prefix_cache(model, list(p0.ids[done : p0.prefix_len]), copy.deepcopy(running))
-            prefix_seconds = time.perf_counter() - t0
-            answers: dict[int, list[int]] = {}
-            seconds: dict[int, float] = {}
-            by_size: dict[int, list[int]] = {}
-            for t, p in enumerate(prompts):
-                by_size.setdefault(len(p.ids), []).append(t)
-            for trials in by_size.values():
-                for a in range(0, len(trials), batch):
-                    chunk = trials[a : a + batch]
-                    t0 = time.perf_counter()
-                    cache = copy.deepcopy(base)
-                    if len(chunk) > 1:
-                        cache.batch_repeat_interleave(len(chunk))
-                    suffix = torch.tensor([prompts[t].ids[prompts[t].prefix_len :] for t in chunk], device=device)
-                    outs = greedy(model, suffix, settings.max_new_tokens, eos, cache)
-                    spent = time.perf_counter() - t0
-                    for t, new in zip(chunk, outs, strict=True):
-                        answers[t], seconds[t] = new, spent / len(chunk)
-            del base
-            yield cell, _rows(tok, prompts, answers, seconds, prefix_seconds, batch)
+    seq_len = max(len(p.ids) for p in prompts) + settings.max_new_tokens
+    pending = {cell: settings.trials for cell in group}
+    answers: dict = {}
+    with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
+        for a in decode_shared(lm.model, [p.ids for p in prompts], settings.max_new_tokens, tok.eos_token_id):
+            cell, t = owner[a.index]
+            answers[(cell, t)] = (prompts[a.index], a.tokens, a.seconds)
+            pending[cell] -= 1
+            if pending[cell] == 0:
+                yield cell, _rows(tok, [answers[(cell, i)] for i in range(settings.trials)])
 
 
-def _rows(tok, prompts: list[Prompt], answers: dict[int, list[int]], seconds: dict[int, float], prefix_seconds: float, batch: int) -> list[Measurement]:
-    """One ``correct`` row per trial and the cell's ``accuracy``; the cell's seconds are the part
-    of the running prefix this depth added, its needle head, and its trials."""
+def _rows(tok, trials: list) -> list[Measurement]:
+    """One ``correct`` row per trial and the cell's ``accuracy`` with its trial count."""
     rows: list[Measurement] = []
-    for t, p in enumerate(prompts):
-        text = tok.decode(answers[t], skip_special_tokens=True)
+    for t, (p, new, seconds) in enumerate(trials):
+        text = tok.decode(list(new), skip_special_tokens=True)
         correct = int(first_integer(text) == p.key)
         rows.append(
             Measurement(
-                "correct", correct, trial=t, answer=text.strip(), tokens=len(p.ids), seconds=round(seconds[t], 4),
+                "correct", correct, trial=t, answer=text.strip(), tokens=len(p.ids), seconds=round(seconds, 4),
                 extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)},
             )
         )
-    accuracy = sum(int(r.value) for r in rows) / len(rows)
-    total = prefix_seconds + sum(seconds.values())
+    hits = sum(int(r.value) for r in rows)
     rows.append(
         Measurement(
-            "accuracy", accuracy, trial="all", tokens=sum(len(p.ids) for p in prompts), seconds=round(total, 4),
-            extra={"prefix_tokens": prompts[0].prefix_len, "prefix_seconds": round(prefix_seconds, 4), "batch": batch},
+            "accuracy", hits / len(rows), trial="all", tokens=sum(len(p.ids) for p, _, _ in trials),
+            seconds=round(sum(s for _, _, s in trials), 4), extra={"trials": len(rows), "correct": hits},
         )
     )
     return rows
+
+
+def tables(frame, trained_len=None):
+    from ..display import depth_tables
+
+    return depth_tables(frame, NAME, "correct")
+
+
+def plots(frame, directory):
+    from ..plots import depth_heatmaps
+
+    return depth_heatmaps(frame, directory, NAME, "correct")
+
+
+TASK = Task(
+    name=NAME,
+    help="Passkey retrieval over lengths x depths x methods (the YaRN/LongRoPE evaluation prompt).",
+    settings=Settings,
+    options=OPTIONS,
+    prepare=prepare,
+    cells=cells,
+    groups=groups,
+    run_group=run_group,
+    cost=cost,
+    metric="accuracy",
+    higher_is_better=True,
+    default_lengths=default_lengths,
+    tables=tables,
+    plots=plots,
+    validate=validate,
+)

@@ -1,4 +1,4 @@
-"""Perplexity at each length (DESIGN.md "Tasks: protocols").
+"""Perplexity at each length.
 
 Truncate mode (stride = length, the YaRN paper's ``--truncate``): each selected document's first
 ``n`` tokens form one window; every token but the first is scored. Sliding mode (stride < n):
@@ -12,6 +12,12 @@ Speed: for methods whose frequencies do not depend on the sequence length, a cau
 loss on token ``t`` is the same in every window that starts at 0 and contains ``t``, so in
 truncate mode one forward per document, at the longest length it is selected for, gives the
 loss at every shorter length too.
+
+Rows per cell: per document and aggregate (``doc = all``) ``nll`` and ``ppl``, ``docs``,
+``tokens_per_s``, ``peak_mem_mb``; loss by position (``nll_pos``, one row per bucket of
+:data:`BUCKET` target positions, ``extra.pos = [first, last)``), and for lengths past the
+trained length ``nll_beyond_L`` (mean NLL of target positions >= L). All come from the losses
+already computed: no extra forward.
 """
 
 from __future__ import annotations
@@ -21,50 +27,45 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import torch
-
-from ..data import Tokenized, load_corpus
 from ..errors import UserError
-from ..measure import Measured
-from ..methods import MethodSetting
-from ..models import LoadedModel
-from ..patching import applied
-from ..scoring import sliding_nll, token_nll
-from .base import Cell, Measurement
+from ..parsing import parse_length
+from .base import Cell, Context, CostItem, Measurement, Option, Task
+from .common import factors_for, parse_choice, parse_positive_int
 
 NAME = "ppl"
+BUCKET = 512  # target positions per loss-by-position bucket
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
-    methods: list[MethodSetting]
-    factors: list[float]
-    lengths: list[int] | None = None  # None: L/2, L, 2L, 4L capped by the documents
+    methods: tuple
+    factors: tuple[float, ...]
+    lengths: tuple[int, ...] | None = None  # None: L/2, L, 2L, 4L capped by the documents
     stride: int | None = None  # None: stride = length (truncate mode)
     dataset: str | None = None
     split: str = "test"
     text_column: str = "text"
     docs: int = 4
+    bos: str = "auto"
     chunk: int = 1024  # positions per LM-head chunk
 
 
-@dataclass
-class Context:
-    dataset: str
-    data_digest: str
-    tokens: Tokenized
-    lengths: list[int]
-    chosen: dict[int, list[int]]  # length -> document indices
-    skipped: dict[int, int]  # length -> shorter documents passed over
-    notes: list[str]
-    corpus_digest: str = ""
+OPTIONS = (
+    Option("stride", "window stride (default = length: one window per document)", parse_length),
+    Option("dataset", "HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus", str),
+    Option("split", "dataset split (default test)", str),
+    Option("text_column", "column holding the text (default text)", str),
+    Option("docs", "documents per length, the first ones long enough (default 4)", lambda v: parse_positive_int(v, "--docs")),
+    Option("bos", "auto (the tokenizer's default) | on (BOS before every document, as the YaRN eval) | off",
+           lambda v: parse_choice(v, "--bos", ("auto", "on", "off"))),  # fmt: skip
+)
 
 
 def default_lengths(trained_len: int) -> list[int]:
     return [trained_len // 2, trained_len, 2 * trained_len, 4 * trained_len]
 
 
-def check_settings(settings: Settings) -> None:
+def validate(settings: Settings) -> None:
     if settings.docs < 1:
         raise UserError(f"--docs {settings.docs} must be >= 1", "pass e.g. --docs 4")
     if settings.stride is not None and settings.stride < 1:
@@ -77,14 +78,27 @@ def check_settings(settings: Settings) -> None:
                 f"--stride {settings.stride} is longer than length {n}: tokens between windows would never be scored",
                 f"use a stride <= {n}, or omit --stride",
             )
+    from ..data import check_local_dataset
+
+    check_local_dataset(settings.dataset, settings.text_column)  # fail before the model loads
 
 
-def prepare(lm: LoadedModel, settings: Settings) -> Context:
+@dataclass
+class State:
+    tokens: object  # ctxbench.data.Tokenized
+    lengths: list[int]
+    chosen: dict[int, list[int]]  # length -> document indices
+    skipped: dict[int, int]  # length -> shorter documents passed over
+    corpus_digest: str
+
+
+def prepare(lm, settings: Settings) -> Context:
     """Load and tokenise the corpus, pick documents per length; error if none is long enough."""
-    check_settings(settings)
+    from ..data import Tokenized, load_corpus
+
     corpus = load_corpus(settings.dataset, settings.split, settings.text_column)
-    tokens = Tokenized(corpus, lm.tokenizer)
-    asked = settings.lengths or default_lengths(lm.geometry.trained_len)
+    tokens = Tokenized(corpus, lm.tokenizer, bos=settings.bos)
+    asked = list(settings.lengths or default_lengths(lm.geometry.trained_len))
     chosen = tokens.select(asked, settings.docs)
     notes = []
     longest = max((len(tokens[i]) for i in tokens.ids), default=0)
@@ -103,21 +117,27 @@ def prepare(lm: LoadedModel, settings: Settings) -> Context:
     for n in lengths:
         last = chosen[n][-1]
         skipped[n] = sum(1 for i in range(last + 1) if len(tokens[i]) < n)
-    # The digest covers the corpus and which of its documents are scored, so changing --docs
-    # (or the lengths, which change the selection) makes new cells rather than resuming old ones.
+    # The digest covers the corpus, which of its documents are scored and the BOS choice, so
+    # changing --docs, the lengths or --bos makes new cells rather than resuming old ones.
+    # (--bos auto keeps the digest it had before the option existed.)
     picked = sorted({i for n in lengths for i in chosen[n]})
-    digest = hashlib.sha256((corpus.digest + "|" + "|".join(corpus.names[i] for i in picked)).encode()).hexdigest()[:16]
-    return Context(corpus.name, "sha256:" + digest, tokens, lengths, chosen, skipped, notes, corpus.digest)
+    text = corpus.digest + "|" + "|".join(corpus.names[i] for i in picked) + ("" if settings.bos == "auto" else f"|bos={settings.bos}")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    state = State(tokens, lengths, chosen, skipped, corpus.digest)
+    return Context(corpus.name, "sha256:" + digest, notes, state)
 
 
 def cells(settings: Settings, ctx: Context) -> list[Cell]:
-    lengths = ctx.lengths
     return [
         Cell(NAME, m, f, n, stride=settings.stride if settings.stride is not None else n)
         for m in settings.methods
-        for f in settings.factors
-        for n in lengths
+        for f in factors_for(m, settings.factors)
+        for n in ctx.state.lengths
     ]
+
+
+def _shared(cell: Cell) -> bool:
+    return cell.stride == cell.length and not cell.method.dynamic
 
 
 def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
@@ -125,13 +145,53 @@ def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
     frequencies do not depend on length share forwards; everything else runs alone."""
     out: dict[tuple, list[Cell]] = {}
     for cell in todo:
-        shared = cell.stride == cell.length and not cell.method.dynamic
-        key = (cell.method, cell.factor) if shared else (cell.method, cell.factor, cell.length)
+        key = (cell.method, cell.factor) if _shared(cell) else (cell.method, cell.factor, cell.length)
         out.setdefault(key, []).append(cell)
     return list(out.values())
 
 
-def _summary(cell: Cell, docs: list[tuple[str, torch.Tensor]], seconds: float, pass_tokens: int, peak: float, mode: str, extra: dict) -> list[Measurement]:
+def cost(settings: Settings, trained_len: int) -> list[CostItem]:
+    lengths = list(settings.lengths or default_lengths(trained_len))
+    items = []
+    for m in settings.methods:
+        for f in factors_for(m, settings.factors):
+            if m.dynamic or settings.stride is not None:
+                forwards = tuple(n for n in lengths for _ in range(settings.docs))
+                if settings.stride is not None:  # a window per stride over documents of about the longest length
+                    forwards = tuple(n for n in lengths for _ in range(settings.docs * max(1, math.ceil(max(lengths) / settings.stride))))
+            else:  # one forward per document at the longest length
+                forwards = (max(lengths),) * settings.docs
+            items.append(CostItem(cells=len(lengths), forwards=forwards, what=f"{m.label} x{f:g}" if f else m.label))
+    return items
+
+
+def _position_rows(docs: list, trained_len: int, mode: str) -> list[Measurement]:
+    """Mean NLL per bucket of target positions, token-weighted over the documents, and the mean
+    beyond the trained length; target position ``p`` is the ``p``-th token predicted (1-based,
+    it sees ``p`` tokens of context)."""
+    import torch
+
+    width = max(len(nll) for _, nll in docs)
+    total = torch.zeros(width, dtype=torch.float64)  # (positions,) sum of NLL over documents
+    count = torch.zeros(width, dtype=torch.float64)
+    for _, nll in docs:
+        total[: len(nll)] += nll.double()
+        count[: len(nll)] += 1
+    rows = []
+    for a in range(0, width, BUCKET):
+        b = min(a + BUCKET, width)
+        n = float(count[a:b].sum())
+        rows.append(Measurement("nll_pos", float(total[a:b].sum()) / n, doc="all", tokens=int(n), mode=mode,
+                                extra={"pos": [a + 1, b + 1]}))  # fmt: skip
+    if width + 1 > trained_len:  # targets at 1-based positions >= L
+        a = trained_len - 1
+        n = float(count[a:].sum())
+        rows.append(Measurement("nll_beyond_L", float(total[a:].sum()) / n, doc="all", tokens=int(n), mode=mode,
+                                extra={"pos": [trained_len, width + 1]}))  # fmt: skip
+    return rows
+
+
+def _summary(docs: list, seconds: float, pass_tokens: int, peak: float, mode: str, extra: dict, trained_len: int) -> list[Measurement]:
     rows: list[Measurement] = []
     total, count = 0.0, 0
     for name, nll in docs:
@@ -146,57 +206,95 @@ def _summary(cell: Cell, docs: list[tuple[str, torch.Tensor]], seconds: float, p
     rows.append(Measurement("docs", len(docs), **agg))
     rows.append(Measurement("tokens_per_s", pass_tokens / seconds if seconds > 0 else float("nan"), **agg))
     rows.append(Measurement("peak_mem_mb", round(peak, 1), **agg))
+    if mode == "truncate":
+        rows += _position_rows(docs, trained_len, mode)
     return rows
 
 
-def run_group(lm: LoadedModel, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
+def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """Score the documents of each cell of ``group``; yields each cell's measurements."""
-    model, geom = lm.model, lm.geometry
-    first = group[0]
-    if len(group) > 1 or (first.stride == first.length and not first.method.dynamic):
-        yield from _shared_pass(lm, ctx, group, settings)
+    from ..measure import Measured
+    from ..patching import applied
+    from ..scoring import sliding_nll, token_nll
+
+    st: State = ctx.state
+    if len(group) > 1 or _shared(group[0]):
+        yield from _shared_pass(lm, st, group, settings)
         return
-    cell = first
+    cell = group[0]
     docs, seconds, peak, pass_tokens = [], 0.0, 0.0, 0
     sliding = cell.stride < cell.length
-    with applied(model, geom, cell.method, cell.factor, cell.length):
-        for i in ctx.chosen[cell.length]:
-            ids = ctx.tokens[i] if sliding else ctx.tokens[i][: cell.length]
+    with applied(lm.model, lm.geometry, cell.method, cell.factor or 1.0, cell.length):
+        for i in st.chosen[cell.length]:
+            ids = st.tokens[i] if sliding else st.tokens[i][: cell.length]
             with Measured(lm.device) as m:
                 if sliding:
-                    nll = sliding_nll(model, ids, cell.length, cell.stride, settings.chunk)
+                    nll = sliding_nll(lm.model, ids, cell.length, cell.stride, settings.chunk)
                 else:
-                    nll = token_nll(model, ids, chunk=settings.chunk)
-            docs.append((ctx.tokens.corpus.names[i], nll))
+                    nll = token_nll(lm.model, ids, chunk=settings.chunk)
+            docs.append((st.tokens.corpus.names[i], nll))
             seconds, peak, pass_tokens = seconds + m.seconds, max(peak, m.peak_mb), pass_tokens + len(ids)
     mode = "sliding" if sliding else "truncate"
-    extra = {"skipped_docs": ctx.skipped[cell.length], "corpus_digest": ctx.corpus_digest}
-    yield cell, _summary(cell, docs, seconds, pass_tokens, peak, mode, extra)
+    extra = {"skipped_docs": st.skipped[cell.length], "corpus_digest": st.corpus_digest}
+    yield cell, _summary(docs, seconds, pass_tokens, peak, mode, extra, lm.geometry.trained_len)
 
 
-def _shared_pass(lm: LoadedModel, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
+def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """One forward per document at the longest length it is selected for; shorter lengths
     read the prefix of its per-token losses."""
-    model, geom = lm.model, lm.geometry
+    from ..measure import Measured
+    from ..patching import applied
+    from ..scoring import token_nll
+
     lengths = sorted(c.length for c in group)
     need: dict[int, int] = {}  # doc -> longest length it serves in this group
     for n in lengths:
-        for i in ctx.chosen[n]:
+        for i in st.chosen[n]:
             need[i] = max(need.get(i, 0), n)
-    losses: dict[int, torch.Tensor] = {}
-    cost: dict[int, tuple[float, float, int]] = {}  # doc -> (seconds, peak MB, tokens)
-    top = max(lengths)
+    losses: dict = {}
+    cost_of: dict[int, tuple[float, float, int]] = {}  # doc -> (seconds, peak MB, tokens)
     cell0 = group[0]
-    with applied(model, geom, cell0.method, cell0.factor, top):
+    with applied(lm.model, lm.geometry, cell0.method, cell0.factor or 1.0, max(lengths)):
         for i, n in sorted(need.items()):
             with Measured(lm.device) as m:
-                losses[i] = token_nll(model, ctx.tokens[i][:n], chunk=settings.chunk)
-            cost[i] = (m.seconds, m.peak_mb, n)
+                losses[i] = token_nll(lm.model, st.tokens[i][:n], chunk=settings.chunk)  # (n - 1,)
+            cost_of[i] = (m.seconds, m.peak_mb, n)
     for cell in sorted(group, key=lambda c: c.length):
         n = cell.length
-        docs = [(ctx.tokens.corpus.names[i], losses[i][: n - 1]) for i in ctx.chosen[n]]
-        seconds = sum(cost[i][0] for i in ctx.chosen[n])
-        peak = max(cost[i][1] for i in ctx.chosen[n])
-        pass_tokens = sum(cost[i][2] for i in ctx.chosen[n])
-        extra = {"skipped_docs": ctx.skipped[n], "pass_lengths": sorted({need[i] for i in ctx.chosen[n]}), "corpus_digest": ctx.corpus_digest}
-        yield cell, _summary(cell, docs, seconds, pass_tokens, peak, "truncate", extra)
+        docs = [(st.tokens.corpus.names[i], losses[i][: n - 1]) for i in st.chosen[n]]
+        seconds = sum(cost_of[i][0] for i in st.chosen[n])
+        peak = max(cost_of[i][1] for i in st.chosen[n])
+        pass_tokens = sum(cost_of[i][2] for i in st.chosen[n])
+        extra = {"skipped_docs": st.skipped[n], "pass_lengths": sorted({need[i] for i in st.chosen[n]}), "corpus_digest": st.corpus_digest}
+        yield cell, _summary(docs, seconds, pass_tokens, peak, "truncate", extra, lm.geometry.trained_len)
+
+
+def tables(frame, trained_len=None):
+    from ..display import ppl_tables
+
+    return ppl_tables(frame, trained_len)
+
+
+def plots(frame, directory):
+    from ..plots import ppl_plots
+
+    return ppl_plots(frame, directory)
+
+
+TASK = Task(
+    name=NAME,
+    help="Perplexity over methods x factors x lengths (one pass serves every length).",
+    settings=Settings,
+    options=OPTIONS,
+    prepare=prepare,
+    cells=cells,
+    groups=groups,
+    run_group=run_group,
+    cost=cost,
+    metric="ppl",
+    higher_is_better=False,
+    default_lengths=default_lengths,
+    tables=tables,
+    plots=plots,
+    validate=validate,
+)
