@@ -1,0 +1,278 @@
+"""Uncertainty and loss-by-position statistics (issue 14): pure functions, numpy and stdlib only.
+
+Intervals
+    * Passkey accuracy: :func:`wilson`, the Wilson score interval (good at 0/n and n/n, where the
+      normal approximation collapses to zero width).
+    * Perplexity: a percentile bootstrap of the token-weighted perplexity
+      ``exp(sum nll / sum tokens)``. With two or more documents the *documents* are resampled with
+      replacement (:func:`bootstrap_ppl`); with one document its tokens are cut into contiguous
+      blocks (default 256 tokens, at least :data:`MIN_BLOCKS` blocks) and the blocks are resampled
+      (:func:`bootstrap_ppl_blocks`), so neighbouring tokens, whose losses are correlated, stay
+      together. :func:`ppl_interval` picks between the two and says which it used.
+
+Loss by position
+    A sequence of ``n`` tokens has ``n - 1`` scored targets; ``token_nll[j]`` is the loss of
+    predicting the token at (0-based) position ``p = j + 1`` from the ``p`` tokens before it.
+    Buckets are fixed, ``size``-token ranges of that target position aligned to multiples of
+    ``size``: ``[1, 512), [512, 1024), ...`` (the first holds 511 targets, the last may be short).
+    Aligned buckets line up with any trained length that is a multiple of ``size`` (so no bucket
+    straddles ``L``), read as plain positions, and carry their token count, so the token-weighted
+    mean of the bucket means is exactly the overall mean NLL.
+
+Comparison
+    :func:`changed_beyond_noise`: a cell is worse (or better) only when the change exceeds
+    ``rtol`` *and* the two intervals do not overlap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+Z95 = 1.959964  # two-sided 95% normal quantile
+MIN_BLOCKS = 8  # a single document is cut into at least this many blocks for the block bootstrap
+_CHUNK = 1 << 22  # resampled indices held in memory at once (bounds memory for tiny blocks)
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for ``successes`` out of ``n`` (default 95%).
+
+    ``(0.0, 1.0)`` when ``n == 0``; the bound at 0 successes is exactly 0 and at ``n`` exactly 1.
+    """
+    if n < 0 or successes < 0 or successes > n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return lo, hi
+
+
+# --------------------------------------------------------------------------- perplexity
+
+
+def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
+    if not 0 < level < 1:
+        raise ValueError(f"level {level} must be between 0 and 1")
+    tail = (1 - level) / 2
+    lo, hi = np.quantile(values, [tail, 1 - tail])
+    return float(lo), float(hi)
+
+
+def bootstrap_ppl(
+    doc_nll_sums: Sequence[float],
+    doc_counts: Sequence[int],
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``exp(sum nll / sum count)``, resampling units with replacement.
+
+    Each unit (a document, or a block of one document) contributes its summed NLL and its token
+    count, so a resample is token-weighted exactly as the point estimate is. Units with no tokens
+    are dropped. Deterministic for a given ``seed``.
+    """
+    sums = np.asarray(doc_nll_sums, dtype=np.float64).ravel()
+    counts = np.asarray(doc_counts, dtype=np.float64).ravel()
+    if sums.shape != counts.shape:
+        raise ValueError(f"{sums.size} nll sums but {counts.size} counts")
+    if (counts < 0).any():
+        raise ValueError("token counts must be >= 0")
+    keep = counts > 0
+    sums, counts = sums[keep], counts[keep]
+    if sums.size == 0:
+        raise ValueError("no scored tokens")
+    if n_boot < 1:
+        raise ValueError(f"n_boot {n_boot} must be >= 1")
+    rng = np.random.default_rng(seed)
+    k = sums.size
+    ppl = np.empty(n_boot)
+    step = max(1, _CHUNK // k)
+    for start in range(0, n_boot, step):
+        stop = min(n_boot, start + step)
+        idx = rng.integers(0, k, size=(stop - start, k))
+        ppl[start:stop] = np.exp(sums[idx].sum(axis=1) / counts[idx].sum(axis=1))
+    return _percentiles(ppl, level)
+
+
+def _blocks(token_nll: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """(nll sum, token count) of contiguous blocks; the last block may be short."""
+    n = token_nll.size
+    starts = np.arange(0, n, block)
+    sums = np.add.reduceat(token_nll, starts)
+    counts = np.diff(np.append(starts, n))
+    return sums, counts
+
+
+def block_size(n_tokens: int, block: int = 256) -> int:
+    """The block length actually used: ``block``, shrunk so that there are at least
+    :data:`MIN_BLOCKS` blocks (``ceil(n / MIN_BLOCKS)``), and at least 1."""
+    if block < 1:
+        raise ValueError(f"block {block} must be >= 1")
+    return max(1, min(block, math.ceil(n_tokens / MIN_BLOCKS)))
+
+
+def bootstrap_ppl_blocks(
+    token_nll: Sequence[float],
+    block: int = 256,
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Block bootstrap interval of one document's perplexity: its per-token NLLs are cut into
+    contiguous, non-overlapping blocks of :func:`block_size` tokens, which are resampled with
+    replacement (token-weighted, as :func:`bootstrap_ppl`)."""
+    nll = np.asarray(token_nll, dtype=np.float64).ravel()
+    if nll.size == 0:
+        raise ValueError("no scored tokens")
+    sums, counts = _blocks(nll, block_size(nll.size, block))
+    return bootstrap_ppl(sums, counts, n_boot=n_boot, seed=seed, level=level)
+
+
+def ppl_interval(
+    per_doc: Sequence[Sequence[float]],
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    block: int = 256,
+) -> tuple[float, float, str]:
+    """``(lo, hi, method)`` for the token-weighted perplexity of these documents' per-token NLLs.
+
+    ``method`` is ``"docs"`` (two or more documents with scored tokens: documents resampled) or
+    ``"blocks"`` (one document: blocks of its tokens resampled).
+    """
+    docs = [np.asarray(d, dtype=np.float64).ravel() for d in per_doc]
+    docs = [d for d in docs if d.size]
+    if not docs:
+        raise ValueError("no scored tokens")
+    if len(docs) == 1:
+        lo, hi = bootstrap_ppl_blocks(docs[0], block=block, n_boot=n_boot, seed=seed, level=level)
+        return lo, hi, "blocks"
+    lo, hi = bootstrap_ppl([d.sum() for d in docs], [d.size for d in docs], n_boot=n_boot, seed=seed, level=level)
+    return lo, hi, "docs"
+
+
+# --------------------------------------------------------------------------- loss by position
+
+
+def position_buckets(length: int, size: int = 512) -> list[tuple[int, int]]:
+    """Half-open ``[start, end)`` target-position buckets for a sequence of ``length`` tokens.
+
+    Targets are positions ``1 .. length-1``; buckets are aligned to multiples of ``size``:
+    ``[(1, 512), (512, 1024), ..., (k*512, length)]``. Empty when ``length < 2``.
+    """
+    if size < 1:
+        raise ValueError(f"bucket size {size} must be >= 1")
+    edges = list(range(size, length, size))
+    starts = [1] + edges
+    ends = edges + [length]
+    return [(s, e) for s, e in zip(starts, ends, strict=True) if e > s]
+
+
+def _docs(token_nll) -> list[np.ndarray]:
+    """One 1-D array per document: accepts one sequence of floats or a list of them."""
+    if isinstance(token_nll, np.ndarray) and token_nll.ndim == 1:
+        return [token_nll.astype(np.float64)]
+    if isinstance(token_nll, np.ndarray):
+        return [np.asarray(row, dtype=np.float64) for row in token_nll]
+    items = list(token_nll)
+    if items and np.ndim(items[0]) > 0:
+        return [np.asarray(d, dtype=np.float64).ravel() for d in items]
+    return [np.asarray(items, dtype=np.float64)]
+
+
+def bucket_means(token_nll, size: int = 512) -> list[dict]:
+    """Mean NLL per target-position bucket (see :func:`position_buckets`).
+
+    ``token_nll`` is one document's per-token NLLs (``token_nll[j]`` scores position ``j + 1``)
+    or a list of documents, pooled token-weighted. Returns rows
+    ``{"start", "end", "tokens", "nll", "ppl"}`` in position order; the ``tokens``-weighted
+    mean of ``nll`` is the overall mean NLL. Buckets no document reaches are left out.
+    """
+    docs = _docs(token_nll)
+    longest = max((d.size for d in docs), default=0)
+    rows = []
+    for start, end in position_buckets(longest + 1, size):
+        total, count = 0.0, 0
+        for d in docs:
+            part = d[start - 1 : end - 1]
+            total += float(part.sum())
+            count += part.size
+        if count:
+            mean = total / count
+            rows.append({"start": start, "end": end, "tokens": count, "nll": mean, "ppl": math.exp(mean)})
+    return rows
+
+
+def beyond_mean(token_nll, trained_len: int) -> float | None:
+    """Mean NLL over target positions ``>= trained_len`` (pooled over documents), or ``None`` if
+    no document is that long."""
+    total, count = 0.0, 0
+    for d in _docs(token_nll):
+        part = d[max(trained_len, 1) - 1 :]
+        total += float(part.sum())
+        count += part.size
+    return total / count if count else None
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def changed_beyond_noise(
+    base: float,
+    base_lo: float | None,
+    base_hi: float | None,
+    new: float,
+    new_lo: float | None,
+    new_hi: float | None,
+    rtol: float,
+    higher_is_worse: bool,
+    relative: bool | None = None,
+) -> tuple[str, str]:
+    """``(verdict, reason)`` with verdict ``"worse"``, ``"better"`` or ``"ok"``.
+
+    Rule: a change counts only when BOTH tests pass:
+
+    1. size: it exceeds ``rtol`` -- relative (``|new-base| > rtol*|base|``) by default when
+       ``higher_is_worse`` (perplexity), absolute (``|new-base| > rtol``) otherwise (accuracy),
+       as ``ctxbench compare`` does; ``relative`` overrides;
+    2. noise: the two intervals do not overlap (``new_lo > base_hi`` or ``new_hi < base_lo``).
+       Non-overlapping 95% intervals is a conservative test (about p < 0.01 for similar widths).
+
+    If either interval is missing (``None`` or NaN) only the size test is applied, and the reason
+    says so. The reason names the test that decided an ``"ok"``.
+    """
+    if relative is None:
+        relative = higher_is_worse
+    delta = new - base
+    if relative:
+        size = abs(delta) / abs(base) if base else (math.inf if delta else 0.0)
+        size_text = f"{delta / abs(base):+.2%}" if base else f"{delta:+.4g}"
+        tol_text = f"rtol {rtol:.2%}"
+    else:
+        size = abs(delta)
+        size_text = f"{delta:+.4g}"
+        tol_text = f"rtol {rtol:g}"
+    direction = "worse" if (delta > 0) == higher_is_worse else "better"
+    if delta == 0 or size <= rtol:
+        return "ok", f"change {size_text} within {tol_text}"
+
+    def known(*xs) -> bool:
+        return all(x is not None and not math.isnan(x) for x in xs)
+
+    if not known(base_lo, base_hi, new_lo, new_hi):
+        return direction, f"change {size_text} exceeds {tol_text} (no interval to test noise)"
+    base_iv, new_iv = f"[{base_lo:.4g}, {base_hi:.4g}]", f"[{new_lo:.4g}, {new_hi:.4g}]"
+    if new_lo <= base_hi and base_lo <= new_hi:
+        return "ok", f"change {size_text} exceeds {tol_text} but intervals {base_iv} and {new_iv} overlap (within noise)"
+    return direction, f"change {size_text} exceeds {tol_text} and intervals {base_iv} and {new_iv} do not overlap"
