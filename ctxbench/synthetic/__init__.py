@@ -1,0 +1,18 @@
+"""RULER's synthetic tasks as pure prompt builders and metrics (Hsieh et al., 2024, "RULER: What's
+the Real Context Size of Your Long-Context Language Models?", arXiv 2404.06654,
+github.com/NVIDIA/RULER): niah (8 variants), vt, cwe, fwe. No model and no torch here.
+"""
+
+from __future__ import annotations
+
+from .config import METRIC, TOKENS_TO_GENERATE, VARIANTS, ruler_name
+from .haystack import NOISE, Haystack, load_haystack
+from .metrics import postprocess, score, string_match_all, string_match_part
+from .pieces import TooShort
+from .prompt import SyntheticPrompt, build, min_length, resolve
+
+__all__ = [
+    "METRIC", "NOISE", "TOKENS_TO_GENERATE", "VARIANTS", "Haystack", "SyntheticPrompt", "TooShort", "build",
+    "load_haystack", "min_length", "postprocess", "resolve", "ruler_name", "score", "string_match_all",
+    "string_match_part",
+]

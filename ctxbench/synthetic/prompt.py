@@ -1,0 +1,102 @@
+"""One RULER synthetic prompt of an exact token length (arXiv 2404.06654).
+
+:func:`build` is pure: the same task, variant, tokenizer, length, depth, seed and trial give the
+same ids, whatever method or model runs them. Random choices come from two generators seeded by
+strings: the haystack's (task, variant, seed, length) — the essay's starting point, the needle
+haystack's distractor lines, the in-context examples — and the trial's (..., depth, trial) —
+keys, values, positions, word lists. So every prompt of one length starts with the same tokens up
+to its first trial-specific one (``shared_len``), and one KV cache can serve that prefix.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from ..errors import UserError, unknown
+from . import config, cwe, fwe, niah, vt
+from .haystack import Haystack, load_haystack
+from .pieces import TooShort, frame
+
+BUILDERS = {"niah": niah.make, "vt": vt.make, "cwe": cwe.make, "fwe": fwe.make}
+
+
+@dataclass(frozen=True)
+class SyntheticPrompt:
+    """``ids``: exactly the requested length, ending with RULER's answer prefix. ``answers``: the
+    expected outputs, scored with ``metric`` over at most ``max_new_tokens`` generated tokens.
+    ``needle_positions``: token offsets where the answer-bearing needles / chain lines start
+    (empty for cwe, fwe). ``shared_len``: ``ids[:shared_len]`` is the same for every trial and
+    depth of this task, variant, seed and length. ``extra``: what was drawn and where it went."""
+
+    ids: tuple[int, ...]
+    answers: tuple[str, ...]
+    max_new_tokens: int
+    metric: str
+    needle_positions: tuple[int, ...]
+    shared_len: int
+    extra: dict = field(default_factory=dict, hash=False)
+
+
+def resolve(task: str, variant: str | None) -> tuple[str, dict]:
+    """(variant, config) of a task; vt, cwe and fwe have one variant, "default" (or None)."""
+    if task not in config.VARIANTS:
+        raise unknown("synthetic task", task, config.VARIANTS)
+    variants = config.VARIANTS[task]
+    if variant is None and len(variants) == 1:
+        variant = next(iter(variants))
+    if variant not in variants:
+        raise unknown(f"{task} variant", str(variant), variants)
+    return variant, variants[variant]
+
+
+def build(task: str, variant: str | None, tokenizer, length: int, depth: float | None = None, seed: int = 0,
+          trial: int = 0, chat: bool = False, haystack: Haystack | None = None) -> SyntheticPrompt:
+    """A RULER prompt of exactly ``length`` tokens (the answer's tokens come on top).
+
+    ``depth`` in [0, 1] places the asked needle(s) (niah) or the chain's first line (vt) at that
+    fraction of the haystack; ``None`` draws it from RULER's 40 depths. cwe and fwe ignore it.
+    ``haystack`` is the essay for niah's essay variants (default :func:`load_haystack`'s).
+    ``chat`` wraps the task in the tokenizer's chat template, the answer prefix after it.
+    """
+    variant, cfg = resolve(task, variant)
+    if depth is not None and not 0.0 <= depth <= 1.0:
+        raise UserError(f"depth {depth} is outside [0, 1]", "0 puts the needle at the start of the haystack, 1 at its end")
+    if length < 1:
+        raise UserError(f"length {length} must be positive", "e.g. 4096")
+    if task == "niah" and cfg["type_haystack"] == "essay" and haystack is None:
+        haystack = load_haystack(None)
+    base = f"ruler|{task}|{variant}|{seed}|{length}"
+    trial_rng = random.Random(f"{base}|{depth!r}|{trial}")
+    fr = frame(tokenizer, chat)
+    label = f"RULER {config.ruler_name(task, variant)}"
+    made = BUILDERS[task](tokenizer, fr, cfg, length, depth, lambda: random.Random(base), trial_rng, haystack, label)
+    ids = tuple(made["ids"])
+    assert len(ids) == length, (task, variant, length, len(ids))
+    extra = dict(made["extra"])
+    if haystack is not None and task == "niah" and cfg["type_haystack"] == "essay":
+        extra["essay"] = {"name": haystack.name, "digest": haystack.digest}
+    return SyntheticPrompt(
+        ids=ids,
+        answers=tuple(made["answers"]),
+        max_new_tokens=config.TOKENS_TO_GENERATE[task],
+        metric=config.METRIC[task],
+        needle_positions=tuple(made["needle_positions"]),
+        shared_len=made["shared_len"],
+        extra=extra,
+    )
+
+
+def min_length(task: str, variant: str | None, tokenizer, chat: bool = False, seed: int = 0, trials: int = 8,
+               probe: int = 2048) -> int:
+    """The shortest length that holds the fixed text of the first ``trials`` prompts of ``seed``
+    (keys and values differ in tokens, so another prompt may need a few more; :func:`build`
+    names its own minimum when a length is too short). ``probe`` is the length whose
+    configuration is measured (cwe uses smaller repeats below 4096)."""
+    need = 0
+    for trial in range(trials):
+        try:
+            need = max(need, build(task, variant, tokenizer, probe, 0.5, seed, trial, chat).extra["min_length"])
+        except TooShort as e:
+            need = max(need, e.minimum)
+    return need
