@@ -1,77 +1,29 @@
-"""Python API for notebooks; the CLI is a thin layer over it.
+"""Python API for notebooks; the CLI is a thin layer over the same runner path.
 
     import ctxbench
     lm = ctxbench.load_model("smollm2-135m")
     df = ctxbench.run("ppl", lm, method="none,ntk,yarn", factor=2, length="1k,2k", docs=2)
+    df = ctxbench.sweep("tasks/quick.toml", out="quick.csv")   # shards under torchrun like the CLI
     df = ctxbench.load_results("results/ppl-smollm2-factor2.csv")
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
-import pandas as pd
-
-from .errors import UserError
-from .methods import MethodSetting, resolve
-from .models import DEFAULT_MODEL, LoadedModel, load
-from .parsing import parse_factors, parse_lengths, split_list
-from .results import COLUMNS, read_records
-from .runner import RunResult, run_task
-from .tasks import TASKS
-
-load_model = load
+from .runner import DEFAULT_MODEL
 
 
-def resolve_methods(method, params: dict | None = None) -> list[MethodSetting]:
-    """``"none,ntk+logn"`` or a list -> resolved settings. ``params`` is either one dict shared by
-    the methods (each gets the keys it takes; a key none takes is an error) or ``{method: {...}}``."""
-    params = params or {}
-    names = split_list(method)
-    per_method = bool(params) and all(isinstance(v, dict) for v in params.values())
-    if not per_method:
-        _check_params_used(names, params)
-    settings = []
-    for name in names:
-        if per_method:
-            own = params.get(name, {})
-        else:
-            known = dict(resolve(name).params)
-            own = {k: v for k, v in params.items() if k in known}
-        settings.append(resolve(name, own))
-    return list(dict.fromkeys(settings))
+def load_model(*args, **kwargs):
+    """Load a model once (see :func:`ctxbench.models.load`); pass it to :func:`run` or :func:`sweep`."""
+    from .models import load
 
-
-def _check_params_used(names: list[str], params: dict) -> None:
-    for key in params:
-        if not any(key in dict(resolve(n).params) for n in names):
-            resolve(names[0], {key: params[key]})  # raises "unknown parameter ... did you mean"
-            raise UserError(f"parameter '{key}' is not used by any of {', '.join(names)}", "drop it or add a method that takes it")
-
-
-def build_settings(task: str, method="none", factor=1.0, length=None, params: dict | None = None, **options):
-    """Typed task settings from loose values (strings like ``"2k,4k"`` accepted)."""
-    if task not in TASKS:
-        from .errors import unknown
-
-        raise unknown("task", task, TASKS)
-    methods = resolve_methods(method, params)
-    factors = parse_factors(factor)
-    lengths = parse_lengths(length) if length not in (None, "", []) else None
-    cls = TASKS[task].Settings
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown_opts = [k for k in options if k not in names]
-    if unknown_opts:
-        from .errors import unknown
-
-        raise unknown(f"option for task {task}", unknown_opts[0], sorted(names - {"methods", "factors", "lengths"}))
-    return cls(methods=methods, factors=factors, lengths=lengths, **{k: v for k, v in options.items() if v is not None})
+    return load(*args, **kwargs)
 
 
 def run(
     task: str = "ppl",
-    model: str | LoadedModel = DEFAULT_MODEL,
+    model=DEFAULT_MODEL,
     method="none",
     factor=1.0,
     length=None,
@@ -81,29 +33,48 @@ def run(
     seed: int = 0,
     device: str = "auto",
     dtype: str = "auto",
+    show: bool = False,
     **options,
-) -> pd.DataFrame:
-    """Run one task over methods x factors x lengths; returns the tidy rows as a DataFrame."""
-    settings = build_settings(task, method, factor, length, params, **options)
-    lm = model if isinstance(model, LoadedModel) else load(model, device=device, dtype=dtype)
-    result: RunResult = run_task(lm, task, settings, out=out, resume=resume, seed=seed)
-    return to_frame(result.records)
+):
+    """Run one task over methods x factors x lengths; returns the tidy rows as a DataFrame.
+    ``options`` are the task's own (e.g. ``docs=2`` for ppl, ``trials=8`` for passkey);
+    ``show=True`` prints the plan, progress and summary as the CLI does."""
+    from .runner import Job, ModelConfig, execute
+    from .settings import build_settings, resolve_methods
+    from .tasks import get
+
+    spec = get(task)
+    settings = build_settings(spec, resolve_methods(method, params), factor, length, options)
+    target = model if not isinstance(model, str) else ModelConfig(model=model, device=device, dtype=dtype)
+    outcome = execute([Job(spec, settings)], target, out, resume, seed, console=_console(show))
+    return to_frame(outcome.records)
 
 
-def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model: LoadedModel | None = None) -> pd.DataFrame:
+def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model=None, show: bool = False):
     """Run every job of a suite file (model loaded once, or the given one); returns all rows."""
+    from .runner import ModelConfig, execute
     from .suite import load_suite
 
     spec = load_suite(suite)
-    lm = model or load(spec.model, device=spec.device, dtype=spec.dtype, trust_remote_code=spec.trust_remote_code, attn=spec.attn)
-    target = out if out is not None else spec.out
-    records = []
-    for task, settings in spec.jobs:
-        records += run_task(lm, task, settings, out=target, resume=resume, seed=spec.seed).records
-    return to_frame(records)
+    target = model or ModelConfig(model=spec.model, device=spec.device, dtype=spec.dtype, attn=spec.attn,
+                                  trust_remote_code=spec.trust_remote_code)  # fmt: skip
+    outcome = execute(list(spec.jobs), target, out if out is not None else spec.out, resume, spec.seed, console=_console(show))
+    return to_frame(outcome.records)
 
 
-def to_frame(records: list[dict]) -> pd.DataFrame:
+def _console(show: bool):
+    if not show:
+        return None
+    from rich.console import Console
+
+    return Console()
+
+
+def to_frame(records: list[dict]):
+    import pandas as pd
+
+    from .results import COLUMNS
+
     frame = pd.DataFrame.from_records(records, columns=COLUMNS) if records else pd.DataFrame(columns=COLUMNS)
     for col in ("factor", "value", "seconds"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
@@ -112,8 +83,10 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
     return frame
 
 
-def load_results(*paths: str | os.PathLike) -> pd.DataFrame:
+def load_results(*paths: str | os.PathLike):
     """Read one or more ctxbench CSVs (schema-checked) into one DataFrame."""
+    from .results import read_records
+
     records = []
     for path in paths:
         records += read_records(path)

@@ -232,32 +232,32 @@ def compare(
     base: str = typer.Argument(..., help="baseline results CSV"),
     new: str = typer.Argument(..., help="new results CSV"),
     rtol: float = typer.Option(0.02, "--rtol", help="tolerance: relative for ppl, absolute for accuracy"),
+    threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85%% of the shortest length's score)"),
     fmt: str = typer.Option("table", "--format", help="table | markdown"),
 ) -> None:
-    """Per-cell change between two results files; exit 1 if anything got worse."""
+    """Per-cell change between two results files; exit 1 if anything got worse beyond noise."""
     from .compare import compare as run_compare
-    from .compare import failed, to_markdown
+    from .compare import failed, fmt as show, pct, to_markdown
 
     if fmt not in ("table", "markdown"):
         raise UserError(f"unknown --format '{fmt}'", "use table or markdown")
-    changes, notes = run_compare(base, new, rtol)
+    changes, notes = run_compare(base, new, rtol, threshold)
     if fmt == "markdown":
         sys.stdout.write(to_markdown(changes, notes, rtol))
     else:
         from rich.table import Table
 
         colour = {"worse": "red", "missing": "red", "failed": "red", "better": "green", "new": "cyan", "ok": ""}
-        table = Table(title=f"{base} -> {new} (rtol {rtol:g})")
-        for col in ("task", "method", "factor", "length", "depth", "metric", "base", "new", "change", "status"):
+        table = Table(title=f"{base} -> {new} (rtol {rtol:g}, beyond noise)")
+        for col in ("task", "method", "factor", "length", "depth", "metric", "base", "new", "change", "status", "why"):
             table.add_column(col)
-        from .compare import _fmt, _pct
-
         for c in changes:
             k = c.key
             style = colour[c.status]
             status = f"[{style}]{c.status}[/]" if style else c.status
-            table.add_row(k["task"], k["method"], k["factor"], k["length"], k["depth"] or "—", k["metric"],
-                          _fmt(c.base), _fmt(c.new), _pct(c), status)  # fmt: skip
+            task = k["task"] + (f" {k['variant']}" if k.get("variant") else "")
+            table.add_row(task, k["label"], k["factor"] or "any", k["length"], k["depth"] or "—", k["metric"],
+                          show(c.base, c.base_ci), show(c.new, c.new_ci), pct(c), status, c.reason)  # fmt: skip
         console.print(table)
         for note in notes:
             console.print(f"[yellow]note:[/] {note}")
@@ -269,28 +269,50 @@ def compare(
 def report(
     files: list[str] = typer.Argument(..., help="one or more results CSVs"),
     plot: str | None = typer.Option(None, "--plot", help="directory for PNG plots"),
-    fmt: str = typer.Option("table", "--format", help="table | markdown | csv"),
+    fmt: str = typer.Option("table", "--format", help="table | markdown | csv | json"),
+    task: str | None = typer.Option(None, "--task", help="only these tasks (comma list)"),
+    method: str | None = typer.Option(None, "--method", help="only these method labels or names (comma list)"),
+    factor: str | None = typer.Option(None, "--factor", "-f", help="only these factors (comma list)"),
+    length: str | None = typer.Option(None, "--len", "-l", help="only these lengths (comma list)"),
+    baseline: str | None = typer.Option(None, "--baseline", help="method label to show each cell's change against, at the same length"),
+    threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85%% of the shortest length's score)"),
 ) -> None:
-    """Summary tables and plots from results files."""
-    from .api import load_results
-    from .report import to_csv, to_markdown, write_plots
+    """The pivot (method label x length per task and factor) in any format, and PNG plots."""
+    from .effective import check_threshold
+    from .parsing import parse_factors, parse_lengths, split_list
+    from .report import pivots, to_csv, to_json, to_markdown
+    from .results import read_records
 
-    if fmt not in ("table", "markdown", "csv"):
-        raise UserError(f"unknown --format '{fmt}'", "use table, markdown or csv")
+    if fmt not in ("table", "markdown", "csv", "json"):
+        raise UserError(f"unknown --format '{fmt}'", "use table, markdown, csv or json")
+    check_threshold(threshold)
     if plot:
         _check_plot_dir(plot)
-    frame = load_results(*files)
-    if fmt == "markdown":
-        sys.stdout.write(to_markdown(frame))
-    elif fmt == "csv":
-        sys.stdout.write(to_csv(frame))
-    else:
-        from .display import summary_tables
+    filters = dict(
+        task=split_list(task, "--task") if task else None, method=split_list(method, "--method") if method else None,
+        factor=parse_factors(factor) if factor else None, length=parse_lengths(length) if length else None,
+    )
+    records = [r for f in files for r in read_records(f)]
+    from .tasks import registry
 
-        for table in summary_tables(frame):
-            console.print(table)
+    ps = pivots(records, registry(), baseline=baseline, threshold=threshold, **filters)
+    if fmt == "markdown":
+        sys.stdout.write(to_markdown(ps))
+    elif fmt == "csv":
+        sys.stdout.write(to_csv(ps))
+    elif fmt == "json":
+        sys.stdout.write(to_json(ps))
+    else:
+        from .display import pivot_table
+
+        for p in ps:
+            console.print(pivot_table(p))
+        if not ps:
+            console.print("[yellow]no aggregate rows match[/]")
     if plot:
-        for path in write_plots(frame, plot):
+        from .plots import write_plots
+
+        for path in write_plots(records, plot):
             console.print(f"plot: {path}")
 
 

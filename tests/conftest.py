@@ -73,3 +73,110 @@ def saved_model(tmp_path):
     tiny_llama().save_pretrained(path)
     byte_tokenizer().save_pretrained(path)
     return path
+
+
+@pytest.fixture
+def counting_lm(tiny_lm):
+    """The tiny model with a spy on its decoder: ``lm.forwards`` lists the (batch, tokens) of
+    every forward pass, so tests count the work a task does without touching its internals."""
+    from ctxbench.scoring import decoder
+
+    forwards: list[tuple[int, int]] = []
+
+    def spy(module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        forwards.append(tuple(ids.shape))
+
+    handle = decoder(tiny_lm.model).register_forward_pre_hook(spy, with_kwargs=True)
+    tiny_lm.forwards = forwards
+    yield tiny_lm
+    handle.remove()
+
+
+def run_settings(lm, task: str, settings, out=None, shard=None, seed: int = 0):
+    """One task's grid through the runner (the path the CLI and API share); returns its Outcome."""
+    from ctxbench.runner import Job, MemoryResults, run_task
+    from ctxbench.tasks import get
+
+    if out is None:
+        results = MemoryResults()
+    else:
+        from ctxbench.results import ResultsFile
+
+        results = ResultsFile(out)
+    return run_task(lm, Job(get(task), settings), results, seed=seed, shard=shard)
+
+
+class CopyingLM(torch.nn.Module):
+    """A fake causal LM that retrieves perfectly: at each step it finds the latest earlier place
+    where the last ``match`` tokens occurred and predicts the token that followed them there (an
+    ideal induction head), else EOS. Its "KV cache" is the token history, stored in a real
+    DynamicCache so cache copies, batching and prefix reuse behave as with a transformer."""
+
+    def __init__(self, vocab: int = 258, eos: int = 257, match: int = 12) -> None:
+        super().__init__()
+        from types import SimpleNamespace
+
+        self.config = SimpleNamespace(num_hidden_layers=1, num_key_value_heads=1, num_attention_heads=1, head_dim=1,
+                                      hidden_size=1, vocab_size=vocab, _attn_implementation="sdpa")  # fmt: skip
+        self.vocab, self.eos, self.match = vocab, eos, match
+        self.rotary = torch.nn.Module()
+        self.rotary.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, 16, 2).float() / 16)))
+        self.rotary.attention_scaling = 1.0
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, past_key_values=None, use_cache=True, logits_to_keep=0, **kwargs):
+        from types import SimpleNamespace
+
+        ids = input_ids.float()[:, None, :, None]  # (batch, 1, n, 1): the tokens as "keys"
+        history, _ = past_key_values.update(ids, ids, 0)
+        seq = history[:, 0, :, 0].long().tolist()  # (batch, total)
+        logits = torch.full((len(seq), 1, self.vocab), -1e4)
+        for b, row in enumerate(seq):
+            tail, nxt = row[-self.match :], self.eos
+            for j in range(len(row) - 1, self.match - 1, -1):
+                if row[j - self.match : j] == tail and j < len(row):
+                    nxt = row[j]
+                    break
+            logits[b, 0, nxt] = 0.0
+        return SimpleNamespace(logits=logits)
+
+
+@pytest.fixture
+def copying_lm(tokenizer):
+    from ctxbench.geometry import RopeGeometry
+    from ctxbench.models import LoadedModel
+
+    return LoadedModel(CopyingLM(), tokenizer, RopeGeometry(head_dim=16, rotary_dim=16, base=10000.0, trained_len=TRAINED),
+                       name="copying", digest="copying", device="cpu", dtype="float32")  # fmt: skip
+
+
+class ScriptedLM(CopyingLM):
+    """A fake causal LM that answers each known prompt with its scripted answer tokens, then EOS
+    (``script``: prompt ids -> answer ids); it reads the prompt from its cache like CopyingLM."""
+
+    def __init__(self, script: dict) -> None:
+        super().__init__()
+        self.script = script
+
+    def forward(self, input_ids, past_key_values=None, use_cache=True, logits_to_keep=0, **kwargs):
+        from types import SimpleNamespace
+
+        ids = input_ids.float()[:, None, :, None]
+        history, _ = past_key_values.update(ids, ids, 0)
+        logits = torch.full((history.shape[0], 1, self.vocab), -1e4)
+        for b, row in enumerate(history[:, 0, :, 0].long().tolist()):
+            nxt = self.eos
+            for prompt, answer in self.script.items():
+                if tuple(row[: len(prompt)]) == prompt and len(row) - len(prompt) < len(answer):
+                    nxt = answer[len(row) - len(prompt)]
+            logits[b, 0, nxt] = 0.0
+        return SimpleNamespace(logits=logits)
+
+
+def scripted_lm(tokenizer, script: dict):
+    from ctxbench.geometry import RopeGeometry
+    from ctxbench.models import LoadedModel
+
+    return LoadedModel(ScriptedLM(script), tokenizer, RopeGeometry(head_dim=16, rotary_dim=16, base=10000.0, trained_len=TRAINED),
+                       name="scripted", digest="scripted", device="cpu", dtype="float32")  # fmt: skip

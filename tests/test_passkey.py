@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
 
+from conftest import run_settings
+
+from ctxbench.decoding import decode_shared, greedy, plan
+from ctxbench.decoding import extend as prefix_cache
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
 from ctxbench.patching import applied
 from ctxbench.results import read_records
-from ctxbench.runner import run_task
 from ctxbench.tasks import passkey
-from ctxbench.tasks.passkey import (
-    build_prompt,
-    draw_key,
-    first_integer,
-    fixed_tokens,
-    greedy,
-    parse_depths,
-    prefix_cache,
-)
+from ctxbench.tasks.base import Context
+from ctxbench.tasks.passkey import build_prompt, draw_key, first_integer, fixed_tokens, parse_depths
 
 LENGTHS = [260, 300, 457, 1000, 1500, 2048, 3333, 5000]
 DEPTHS = [i / 20 for i in range(21)]
@@ -131,44 +128,38 @@ def _settings(**kw):
 
 
 def test_rows_per_trial_and_accuracy_per_cell(tiny_lm, tmp_path):
-    result = run_task(tiny_lm, "passkey", _settings(), out=tmp_path / "pk.csv", seed=5)
+    result = run_settings(tiny_lm, "passkey", _settings(), out=tmp_path / "pk.csv", seed=5)
     records = read_records(tmp_path / "pk.csv")
     trials = [r for r in records if r["metric"] == "correct"]
     cells = [r for r in records if r["metric"] == "accuracy"]
     assert len(trials) == 2 * 2 * 2 * 2 and len(cells) == 8
     assert {r["value"] for r in trials} <= {"0", "1"}
-    assert all(r["answer"] != "" or r["value"] == "0" for r in trials)
-    again = run_task(tiny_lm, "passkey", _settings(), out=tmp_path / "pk.csv", seed=5)
+    again = run_settings(tiny_lm, "passkey", _settings(), out=tmp_path / "pk.csv", seed=5)
     assert result.ran == 8 and again.ran == 0 and again.skipped == 8
 
 
 def test_same_seed_same_keys_and_answers(tiny_lm, tmp_path):
-    runs = [run_task(tiny_lm, "passkey", _settings(), out=tmp_path / f"{i}.csv", seed=3).records for i in range(2)]
+    runs = [run_settings(tiny_lm, "passkey", _settings(), out=tmp_path / f"{i}.csv", seed=3).records for i in range(2)]
     strip = [[(r["method"], r["depth"], r["trial"], r["value"], r["answer"], r["extra"]) for r in rs if r["metric"] == "correct"] for rs in runs]
     assert strip[0] == strip[1]
 
 
-def test_a_model_that_copies_the_key_scores_every_trial(tiny_lm, monkeypatch):
-    """Scoring end to end: a stand-in decoder that answers with the prompt's key passes."""
-    prompts = {}
-    real_build = passkey.build_prompt
+def test_a_model_that_copies_the_key_passes_every_trial_with_the_key_as_answer(copying_lm):
+    """Scoring end to end on a fake model that retrieves perfectly (an ideal induction head)."""
+    records = run_settings(copying_lm, "passkey", _settings(methods=[resolve("none")]), seed=7).records
+    trials = [r for r in records if r["metric"] == "correct"]
+    assert len(trials) == 8 and {r["value"] for r in trials} == {"1"}
+    for r in trials:
+        key = json.loads(r["extra"])["key"]
+        assert r["answer"].startswith(f"{key}.")  # 10 new byte tokens: the key and ". Re"
+    accuracy = {r["metric"]: float(r["value"]) for r in records if r["trial"] == "all" and r["length"] == "300" and r["depth"] == "0.0"}
+    assert accuracy["accuracy"] == 1.0 and accuracy["accuracy_lo"] == pytest.approx(0.3424, abs=1e-4) and accuracy["accuracy_hi"] == 1.0
 
-    def remember(*args, **kwargs):
-        p = real_build(*args, **kwargs)
-        prompts[p.ids[p.prefix_len :]] = p
-        return p
 
-    def answer(model, ids, max_new_tokens, eos, cache=None):
-        out = []
-        for row in ids.tolist():
-            p = next(q for suffix, q in prompts.items() if list(suffix) == row)
-            out.append(tiny_lm.tokenizer(f" {p.key}.", add_special_tokens=False)["input_ids"])
-        return out
-
-    monkeypatch.setattr(passkey, "build_prompt", remember)
-    monkeypatch.setattr(passkey, "greedy", answer)
-    records = run_task(tiny_lm, "passkey", _settings(methods=[resolve("none")])).records
-    assert {r["value"] for r in records if r["metric"] == "accuracy"} == {"1.0"}
+def test_a_model_that_answers_nothing_fails_every_trial(copying_lm):
+    copying_lm.model.match = 10_000  # never finds an earlier occurrence: answers EOS at once
+    records = run_settings(copying_lm, "passkey", _settings(methods=[resolve("none")])).records
+    assert {r["value"] for r in records if r["metric"] == "correct"} == {"0"}
 
 
 @pytest.mark.parametrize(
@@ -178,7 +169,7 @@ def test_a_model_that_copies_the_key_scores_every_trial(tiny_lm, monkeypatch):
         (lambda: parse_depths(None, "-0.1"), "outside"),
         (lambda: parse_depths(0, None), "--depths 0"),
         (lambda: parse_depths(3, "0.5"), "not both"),
-        (lambda: passkey.check_settings(_settings(trials=0)), "--trials 0"),
+        (lambda: passkey.validate(_settings(trials=0)), "--trials 0"),
     ],
 )
 def test_bad_passkey_settings_raise_one_clear_error(call, message):
@@ -199,27 +190,32 @@ def test_every_depth_and_key_of_a_length_starts_with_one_shared_stream(tokenizer
         assert p.shared_len < p.prefix_len  # the needle's head follows the shared stream
 
 
+def _answers(lm, settings, groups):
+    ctx = Context("passkey", "x", state=tuple(settings.lengths))
+    out = {}
+    for group in groups:
+        for cell, rows in passkey.run_group(lm, ctx, group, settings):
+            out.update({(cell.depth, r.trial): (r.answer, r.value) for r in rows})
+    return out
+
+
 @pytest.mark.parametrize("method,params", [("none", {}), ("dynamic-ntk", {}), ("self-extend", {"window": 16, "group": 4})])
-def test_depths_run_together_on_one_running_prefix_answer_as_if_run_alone(tiny_lm, method, params, monkeypatch):
-    settings = passkey.Settings(methods=[resolve(method, params)], factors=[2.0], lengths=[400], depths=[0.0, 0.3, 0.7, 1.0], trials=3)
-    cells = passkey.cells(settings, None)
+def test_depths_run_together_on_one_running_prefix_answer_as_if_run_alone(counting_lm, method, params):
+    settings = passkey.Settings(methods=(resolve(method, params),), factors=(2.0,), lengths=(400,), depths=(0.0, 0.3, 0.7, 1.0), trials=3)
+    cells = passkey.cells(settings, Context("passkey", "x", state=(400,)))
     assert passkey.groups(cells, settings) == [cells]  # one group: every depth of the length
-
-    fed = []
-    real = passkey.prefix_cache
-    monkeypatch.setattr(passkey, "prefix_cache", lambda model, ids, cache=None: fed.append(len(ids)) or real(model, ids, cache))
-
-    def answers(groups):
-        out = {}
-        for group in groups:
-            for cell, rows in passkey.run_group(tiny_lm, None, group, settings):
-                out.update({(cell.depth, r.trial): (r.answer, r.value) for r in rows})
-        return out
-
-    together = answers([cells])
-    fed_together, fed[:] = sum(fed), []
-    alone = answers([[c] for c in cells])
+    together = _answers(counting_lm, settings, [cells])
+    fed_together = sum(b * n for b, n in counting_lm.forwards if n > 1)  # prompt tokens, not decoding steps
+    counting_lm.forwards.clear()
+    alone = _answers(counting_lm, settings, [[c] for c in cells])
+    fed_alone = sum(b * n for b, n in counting_lm.forwards if n > 1)
     assert together == alone
-    prompts = [build_prompt(tiny_lm.tokenizer, 400, c.depth, draw_key(0, 400, c.depth, 0, 5)) for c in cells]
-    assert fed_together == max(p.shared_len for p in prompts) + sum(p.prefix_len - p.shared_len for p in prompts)
-    assert sum(fed) == sum(p.prefix_len for p in prompts) > fed_together
+    prompts = [build_prompt(counting_lm.tokenizer, 400, c.depth, draw_key(0, 400, c.depth, t, 5)).ids for c in cells for t in range(3)]
+    assert fed_together == plan(prompts).fed_tokens(prompts) < fed_alone
+
+
+def test_shared_decoding_equals_decoding_each_prompt_alone(tiny_lm):
+    prompts = [build_prompt(tiny_lm.tokenizer, 300, d, key).ids for d in (0.0, 0.5, 1.0) for key in (11111, 22222, 31313)]
+    shared = {a.index: a.tokens for a in decode_shared(tiny_lm.model, prompts, 10, None)}
+    single = [tuple(greedy(tiny_lm.model, torch.tensor([p]), 10, None)[0]) for p in prompts]
+    assert [shared[i] for i in range(len(prompts))] == single

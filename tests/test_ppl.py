@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
-from conftest import TRAINED, tiny_llama
+from conftest import TRAINED, run_settings, tiny_llama
 
 from ctxbench import scoring
 from ctxbench.api import to_frame
@@ -14,7 +15,6 @@ from ctxbench.data import Tokenized, load_corpus
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
 from ctxbench.patching import applied
-from ctxbench.runner import run_task
 from ctxbench.tasks import ppl
 
 
@@ -47,7 +47,7 @@ def _labels_nll(model, docs, n):
 
 
 def test_ppl_equals_plain_labels_loop_for_plain_rope(tiny_lm, corpus_dir, tokenizer):
-    result = run_task(tiny_lm, "ppl", _settings(corpus_dir, docs=2))
+    result = run_settings(tiny_lm, "ppl", _settings(corpus_dir, docs=2))
     got = _aggregate(result.records)
     for n in (32, 100, 200):
         ref = _labels_nll(tiny_lm.model, _docs(corpus_dir, tokenizer, n, 2), n)
@@ -63,7 +63,7 @@ def test_ppl_equals_plain_labels_loop_for_plain_rope(tiny_lm, corpus_dir, tokeni
     ],
 )
 def test_ppl_equals_labels_loop_on_natively_scaled_model(tiny_lm, corpus_dir, tokenizer, method, native):
-    result = run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=(method,), docs=2))
+    result = run_settings(tiny_lm, "ppl", _settings(corpus_dir, methods=(method,), docs=2))
     got = _aggregate(result.records)
     reference = tiny_llama({"rope_theta": 10000.0, **native})
     reference.load_state_dict(tiny_lm.model.state_dict())
@@ -75,7 +75,7 @@ def test_ppl_equals_labels_loop_on_natively_scaled_model(tiny_lm, corpus_dir, to
 @pytest.mark.parametrize("method", ["none", "yarn", "ntk-by-parts", "rerope"])
 def test_one_pass_lengths_equal_each_length_scored_on_its_own(tiny_lm, corpus_dir, method):
     settings = _settings(corpus_dir, methods=(method,), docs=3, lengths=(40, 110, 240))
-    frame = to_frame(run_task(tiny_lm, "ppl", settings).records)
+    frame = to_frame(run_settings(tiny_lm, "ppl", settings).records)
     per_doc = frame[(frame.doc != "all") & (frame.metric == "nll")]
     tokens = Tokenized(load_corpus(str(corpus_dir)), tiny_lm.tokenizer)
     setting = resolve(method)
@@ -87,27 +87,30 @@ def test_one_pass_lengths_equal_each_length_scored_on_its_own(tiny_lm, corpus_di
         assert row.value == pytest.approx(alone, rel=1e-5)
 
 
-def test_one_pass_runs_one_forward_per_document(tiny_lm, corpus_dir, monkeypatch):
-    calls = []
-    real = scoring.token_nll
-    monkeypatch.setattr(ppl, "token_nll", lambda model, ids, **kw: calls.append(len(ids)) or real(model, ids, **kw))
-    run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("ntk",), docs=3, lengths=(40, 110, 240)))
+def test_one_pass_runs_one_forward_per_document(counting_lm, corpus_dir):
+    run_settings(counting_lm, "ppl", _settings(corpus_dir, methods=("ntk",), docs=3, lengths=(40, 110, 240)))
     # the same documents at every length: a.txt (400) and b.txt (250), one forward each at 240.
-    assert sorted(calls) == [240, 240]
+    assert sorted(counting_lm.forwards) == [(1, 240), (1, 240)]
 
 
-def test_dynamic_methods_score_each_length_with_its_own_frequencies(tiny_lm, corpus_dir, monkeypatch):
-    seen = []
-    real = ppl.applied
-    monkeypatch.setattr(ppl, "applied", lambda model, geom, m, f, seq_len: seen.append(seq_len) or real(model, geom, m, f, seq_len))
-    run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("dynamic-ntk",), docs=2, lengths=(40, 110, 240)))
-    assert sorted(seen) == [40, 110, 240]
+def test_dynamic_methods_run_one_forward_per_length_and_document(counting_lm, corpus_dir):
+    run_settings(counting_lm, "ppl", _settings(corpus_dir, methods=("dynamic-ntk",), docs=2, lengths=(40, 110, 240)))
+    assert sorted(n for _, n in counting_lm.forwards) == [40, 40, 110, 110, 240, 240]
+
+
+def test_factor_independent_methods_run_once_per_length_whatever_the_factors(counting_lm, corpus_dir):
+    settings = _settings(corpus_dir, methods=("none", "yarn"), factors=(2.0, 4.0), docs=1, lengths=(40, 110))
+    records = run_settings(counting_lm, "ppl", settings).records
+    # one shared forward (at 110) for none, one per factor for yarn
+    assert len(counting_lm.forwards) == 3
+    factors = {(r["method"], r["factor"]) for r in records if r["metric"] == "ppl" and r["doc"] == "all"}
+    assert factors == {("none", ""), ("yarn", "2.0"), ("yarn", "4.0")}
 
 
 def test_sliding_window_equals_perplexity_guide_loop(tiny_lm, corpus_dir, tokenizer):
     n, stride = 64, 24
     settings = _settings(corpus_dir, lengths=(n,), stride=stride, docs=2)
-    got = _aggregate(run_task(tiny_lm, "ppl", settings).records)[("none", n)]
+    got = _aggregate(run_settings(tiny_lm, "ppl", settings).records)[("none", n)]
     total = count = 0.0
     with torch.no_grad():
         for ids in _docs(corpus_dir, tokenizer, n, 2):  # HF perplexity guide, whole document
@@ -149,7 +152,7 @@ def test_scoring_never_builds_logits_for_the_whole_sequence(tiny_lm, monkeypatch
 
 
 def test_rows_carry_doc_and_aggregate_values(tiny_lm, corpus_dir):
-    frame = to_frame(run_task(tiny_lm, "ppl", _settings(corpus_dir, lengths=(100,), docs=2)).records)
+    frame = to_frame(run_settings(tiny_lm, "ppl", _settings(corpus_dir, lengths=(100,), docs=2)).records)
     per_doc = frame[(frame.doc != "all") & (frame.metric == "nll")]
     agg = frame[(frame.doc == "all") & (frame.metric == "nll")].value.item()
     weighted = (per_doc.value * per_doc.tokens).sum() / per_doc.tokens.sum()
@@ -161,7 +164,7 @@ def test_rows_carry_doc_and_aggregate_values(tiny_lm, corpus_dir):
 
 def test_shorter_documents_are_skipped_and_counted(tiny_lm, corpus_dir):
     ctx = ppl.prepare(tiny_lm, _settings(corpus_dir, lengths=(200,), docs=3))
-    assert ctx.chosen[200] == [0, 1]  # a.txt (400) and b.txt (250); c.txt (120) is too short
+    assert ctx.state.chosen[200] == [0, 1]  # a.txt (400) and b.txt (250); c.txt (120) is too short
     assert any("only 2 of 3" in note for note in ctx.notes)
 
 
@@ -169,7 +172,7 @@ def test_default_lengths_are_half_to_four_times_trained_capped_by_documents(tiny
     (corpus_dir / "a.txt").unlink()  # longest document left: 250 tokens < 4L = 256
     ctx = ppl.prepare(tiny_lm, ppl.Settings(methods=[resolve("none")], factors=[2.0], dataset=str(corpus_dir), docs=1))
     assert ppl.default_lengths(TRAINED) == [32, 64, 128, 256]
-    assert ctx.lengths == [32, 64, 128]
+    assert ctx.state.lengths == [32, 64, 128]
     assert any("no document has 256 tokens" in note for note in ctx.notes)
 
 
@@ -184,4 +187,47 @@ def test_default_lengths_are_half_to_four_times_trained_capped_by_documents(tiny
 )
 def test_bad_settings_raise_one_clear_error(tiny_lm, corpus_dir, kwargs, message):
     with pytest.raises(UserError, match=message):
-        ppl.prepare(tiny_lm, _settings(corpus_dir, **kwargs))
+        settings = _settings(corpus_dir, **kwargs)
+        ppl.validate(settings)
+        ppl.prepare(tiny_lm, settings)
+
+
+def _position_rows(records, method, length):
+    rows = [r for r in records if r["metric"] == "nll_pos" and r["method"] == method and r["length"] == str(length)]
+    return sorted((json.loads(r["extra"])["pos"], float(r["value"]), int(r["tokens"])) for r in rows)
+
+
+def test_loss_by_position_rows_average_back_to_the_aggregate_nll(tiny_lm, corpus_dir, monkeypatch):
+    monkeypatch.setattr(ppl, "BUCKET", 16)
+    records = run_settings(tiny_lm, "ppl", _settings(corpus_dir, lengths=(100, 200), docs=2)).records
+    for n in (100, 200):
+        buckets = _position_rows(records, "none", n)
+        assert buckets[0][0] == [1, 16] and buckets[-1][0][1] == n
+        weighted = sum(v * t for _, v, t in buckets) / sum(t for _, _, t in buckets)
+        agg = next(float(r["value"]) for r in records if r["metric"] == "nll" and r["doc"] == "all" and r["length"] == str(n))
+        assert weighted == pytest.approx(agg, rel=1e-9)
+
+
+def test_shared_pass_and_per_length_pass_give_the_same_buckets(tiny_lm, corpus_dir, monkeypatch):
+    monkeypatch.setattr(ppl, "BUCKET", 16)
+    shared = run_settings(tiny_lm, "ppl", _settings(corpus_dir, lengths=(100, 200), docs=2)).records
+    alone = run_settings(tiny_lm, "ppl", _settings(corpus_dir, lengths=(100,), docs=2)).records
+    got, ref = _position_rows(shared, "none", 100), _position_rows(alone, "none", 100)
+    assert [p for p, _, _ in got] == [p for p, _, _ in ref]
+    assert [v for _, v, _ in got] == pytest.approx([v for _, v, _ in ref], rel=1e-5)
+
+
+def test_beyond_trained_length_row_is_the_mean_of_positions_at_or_past_L(tiny_lm, corpus_dir):
+    records = run_settings(tiny_lm, "ppl", _settings(corpus_dir, lengths=(200,), docs=1)).records
+    beyond = next(float(r["value"]) for r in records if r["metric"] == "nll_beyond_L")
+    tokens = Tokenized(load_corpus(str(corpus_dir)), tiny_lm.tokenizer)
+    nll = scoring.token_nll(tiny_lm.model, tokens[0][:200])
+    assert beyond == pytest.approx(nll[TRAINED - 1 :].double().mean().item(), rel=1e-6)
+
+
+def test_aggregate_carries_a_bootstrap_interval_around_it(tiny_lm, corpus_dir):
+    records = run_settings(tiny_lm, "ppl", _settings(corpus_dir, lengths=(100,), docs=2)).records
+    value = {r["metric"]: float(r["value"]) for r in records if r["doc"] == "all" and r["metric"].startswith("ppl")}
+    assert value["ppl_lo"] <= value["ppl"] <= value["ppl_hi"]
+    how = {json.loads(r["extra"])["interval"] for r in records if r["metric"] == "ppl_lo"}
+    assert how == {"95% bootstrap over docs"}

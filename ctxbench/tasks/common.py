@@ -38,3 +38,22 @@ def parse_bool(value, flag: str) -> bool:
     if text in ("false", "0", "no", "off"):
         return False
     raise UserError(f"{flag} '{value}' is not true or false", f"pass {flag} true or {flag} false")
+
+
+def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> list:
+    """A cell's ``accuracy`` (mean per-trial score) with its trial count, and its 95% Wilson
+    interval as ``accuracy_lo``/``accuracy_hi`` rows (for fractional scores, RULER's
+    string_match_all, the interval treats the summed score as the count of successes)."""
+    from ..stats import wilson
+    from .base import Measurement
+
+    n = len(scores)
+    total = float(sum(scores))
+    lo, hi = wilson(round(total), n) if n else (float("nan"), float("nan"))
+    info = {"trials": n, "correct": total, **extra}
+    agg = dict(trial="all", tokens=tokens)
+    return [
+        Measurement("accuracy", total / n, seconds=round(seconds, 4), extra=info, **agg),
+        Measurement("accuracy_lo", lo, extra={"interval": "95% Wilson"}, **agg),
+        Measurement("accuracy_hi", hi, extra={"interval": "95% Wilson"}, **agg),
+    ]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import factors_for, parse_bool, parse_positive_int
+from .common import accuracy_rows, factors_for, parse_bool, parse_positive_int
 
 NAME = "passkey"
 INSTRUCTION = (
@@ -310,26 +310,13 @@ def _rows(tok, trials: list) -> list[Measurement]:
                 extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)},
             )
         )
-    hits = sum(int(r.value) for r in rows)
-    rows.append(
-        Measurement(
-            "accuracy", hits / len(rows), trial="all", tokens=sum(len(p.ids) for p, _, _ in trials),
-            seconds=round(sum(s for _, _, s in trials), 4), extra={"trials": len(rows), "correct": hits},
-        )
-    )
-    return rows
+    return rows + accuracy_rows([int(r.value) for r in rows], sum(len(p.ids) for p, _, _ in trials), sum(s for _, _, s in trials))
 
 
-def tables(frame, trained_len=None):
-    from ..display import depth_tables
-
-    return depth_tables(frame, NAME, "correct")
-
-
-def plots(frame, directory):
+def plots(records, directory):
     from ..plots import depth_heatmaps
 
-    return depth_heatmaps(frame, directory, NAME, "correct")
+    return depth_heatmaps(records, directory, NAME, "correct")
 
 
 TASK = Task(
@@ -345,7 +332,6 @@ TASK = Task(
     metric="accuracy",
     higher_is_better=True,
     default_lengths=default_lengths,
-    tables=tables,
     plots=plots,
     validate=validate,
 )

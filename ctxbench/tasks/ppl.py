@@ -13,11 +13,13 @@ loss on token ``t`` is the same in every window that starts at 0 and contains ``
 truncate mode one forward per document, at the longest length it is selected for, gives the
 loss at every shorter length too.
 
-Rows per cell: per document and aggregate (``doc = all``) ``nll`` and ``ppl``, ``docs``,
-``tokens_per_s``, ``peak_mem_mb``; loss by position (``nll_pos``, one row per bucket of
-:data:`BUCKET` target positions, ``extra.pos = [first, last)``), and for lengths past the
-trained length ``nll_beyond_L`` (mean NLL of target positions >= L). All come from the losses
-already computed: no extra forward.
+Rows per cell: per document and aggregate (``doc = all``) ``nll`` and ``ppl``; the aggregate's
+95% interval ``ppl_lo``/``ppl_hi`` (bootstrap over documents, or over blocks of tokens for one
+document: ``extra.interval`` says which); ``docs``, ``tokens_per_s``, ``peak_mem_mb``; loss by
+position (``nll_pos``, one row per bucket of :data:`BUCKET` target positions aligned to multiples
+of 512, ``extra.pos = [first, end)``); and for lengths past the trained length ``nll_beyond_L``
+(mean NLL of target positions >= L). All come from the losses already computed: no extra
+forward, in the shared pass too.
 """
 
 from __future__ import annotations
@@ -165,29 +167,19 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     return items
 
 
-def _position_rows(docs: list, trained_len: int, mode: str) -> list[Measurement]:
-    """Mean NLL per bucket of target positions, token-weighted over the documents, and the mean
-    beyond the trained length; target position ``p`` is the ``p``-th token predicted (1-based,
-    it sees ``p`` tokens of context)."""
-    import torch
+def _position_rows(arrays: list, trained_len: int, mode: str) -> list[Measurement]:
+    """Mean NLL per bucket of :data:`BUCKET` target positions (token-weighted over documents) and
+    the mean NLL beyond the trained length (:mod:`ctxbench.stats`)."""
+    from ..stats import beyond_mean, bucket_means
 
-    width = max(len(nll) for _, nll in docs)
-    total = torch.zeros(width, dtype=torch.float64)  # (positions,) sum of NLL over documents
-    count = torch.zeros(width, dtype=torch.float64)
-    for _, nll in docs:
-        total[: len(nll)] += nll.double()
-        count[: len(nll)] += 1
-    rows = []
-    for a in range(0, width, BUCKET):
-        b = min(a + BUCKET, width)
-        n = float(count[a:b].sum())
-        rows.append(Measurement("nll_pos", float(total[a:b].sum()) / n, doc="all", tokens=int(n), mode=mode,
-                                extra={"pos": [a + 1, b + 1]}))  # fmt: skip
-    if width + 1 > trained_len:  # targets at 1-based positions >= L
-        a = trained_len - 1
-        n = float(count[a:].sum())
-        rows.append(Measurement("nll_beyond_L", float(total[a:].sum()) / n, doc="all", tokens=int(n), mode=mode,
-                                extra={"pos": [trained_len, width + 1]}))  # fmt: skip
+    rows = [
+        Measurement("nll_pos", b["nll"], doc="all", tokens=b["tokens"], mode=mode, extra={"pos": [b["start"], b["end"]]})
+        for b in bucket_means(arrays, BUCKET)
+    ]
+    beyond = beyond_mean(arrays, trained_len)
+    if beyond is not None:
+        tokens = sum(max(0, len(a) - trained_len + 1) for a in arrays)
+        rows.append(Measurement("nll_beyond_L", beyond, doc="all", tokens=tokens, mode=mode, extra={"pos": [trained_len, None]}))
     return rows
 
 
@@ -200,14 +192,21 @@ def _summary(docs: list, seconds: float, pass_tokens: int, peak: float, mode: st
         rows.append(Measurement("nll", s / c, doc=name, tokens=c, mode=mode))
         rows.append(Measurement("ppl", math.exp(s / c), doc=name, tokens=c, mode=mode))
     mean = total / count
+    from ..stats import ppl_interval
+
+    arrays = [nll.double().numpy() for _, nll in docs]
+    lo, hi, how = ppl_interval(arrays)
     agg = dict(doc="all", tokens=count, seconds=round(seconds, 4), mode=mode, extra=extra)
     rows.append(Measurement("nll", mean, **agg))
     rows.append(Measurement("ppl", math.exp(mean), **agg))
+    ci = dict(doc="all", tokens=count, mode=mode, extra={"interval": f"95% bootstrap over {how}"})
+    rows.append(Measurement("ppl_lo", lo, **ci))
+    rows.append(Measurement("ppl_hi", hi, **ci))
     rows.append(Measurement("docs", len(docs), **agg))
     rows.append(Measurement("tokens_per_s", pass_tokens / seconds if seconds > 0 else float("nan"), **agg))
     rows.append(Measurement("peak_mem_mb", round(peak, 1), **agg))
     if mode == "truncate":
-        rows += _position_rows(docs, trained_len, mode)
+        rows += _position_rows(arrays, trained_len, mode)
     return rows
 
 
@@ -269,16 +268,10 @@ def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterat
         yield cell, _summary(docs, seconds, pass_tokens, peak, "truncate", extra, lm.geometry.trained_len)
 
 
-def tables(frame, trained_len=None):
-    from ..display import ppl_tables
-
-    return ppl_tables(frame, trained_len)
-
-
-def plots(frame, directory):
+def plots(records, directory):
     from ..plots import ppl_plots
 
-    return ppl_plots(frame, directory)
+    return ppl_plots(records, directory)
 
 
 TASK = Task(
@@ -294,7 +287,6 @@ TASK = Task(
     metric="ppl",
     higher_is_better=False,
     default_lengths=default_lengths,
-    tables=tables,
     plots=plots,
     validate=validate,
 )

@@ -1,0 +1,210 @@
+"""RULER's synthetic tasks as ctxbench tasks (Hsieh et al., 2024, arXiv 2404.06654): the prompt
+builders and metrics live in :mod:`ctxbench.synthetic`; this module turns one of RULER's task
+families into a :class:`~ctxbench.tasks.base.Task` (``niah``, ``vt``, ``cwe``, ``fwe`` each call
+:func:`ruler_task`).
+
+Cells: (method, factor, length, variant, depth) — depth places the asked needle (niah) or the
+chain's first line (vt); cwe and fwe have no depth. Each cell runs ``trials`` prompts whose every
+random choice comes from (seed, length, depth, trial), the same for every method. All depths and
+trials of one (method, factor, length, variant) are one group, decoded greedily with the shared
+haystack computed once (:func:`ctxbench.decoding.decode_shared`) for RULER's number of new
+tokens. Each trial is scored with RULER's metric (``string_match_all``: the fraction of expected
+answers found in the output); rows per trial (``score``, with the answer text) and per cell
+(``accuracy``, the mean score, with its trial count and 95% Wilson interval).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..errors import UserError, unknown
+from .base import Cell, Context, CostItem, Measurement, Option, Task
+from .common import accuracy_rows, factors_for, parse_bool, parse_positive_int
+
+DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+@dataclass(frozen=True)
+class Settings:
+    methods: tuple
+    factors: tuple[float, ...]
+    lengths: tuple[int, ...] | None = None  # None: L/4, L/2, L, 2L
+    variants: tuple[str, ...] = ()
+    depths: tuple[float, ...] = DEFAULT_DEPTHS
+    trials: int = 4
+    chat: bool = False
+    haystack: str | None = None
+
+
+def default_lengths(trained_len: int) -> list[int]:
+    return [trained_len // 4, trained_len // 2, trained_len, 2 * trained_len]
+
+
+def _variants_parser(family: str, names: tuple[str, ...]):
+    def parse(value) -> tuple[str, ...]:
+        from ..parsing import split_list
+
+        items = split_list(value, what="--variant") if not isinstance(value, (list, tuple)) else [str(v) for v in value]
+        if items == ["all"]:
+            return names
+        for item in items:
+            if item not in names:
+                raise unknown(f"{family} variant", item, [*names, "all"])
+        if len(set(items)) != len(items):
+            raise UserError("a --variant is given twice", "list each variant once")
+        return tuple(items)
+
+    return parse
+
+
+def _depths(value) -> tuple[float, ...]:
+    from .passkey import parse_depths
+
+    if isinstance(value, (list, tuple)):
+        return tuple(parse_depths(None, ",".join(map(str, value))))
+    text = str(value).strip()
+    if "," in text or "." in text:
+        return tuple(parse_depths(None, text))
+    return tuple(parse_depths(parse_positive_int(text, "--depths"), None))
+
+
+def _haystack(value) -> str:
+    from pathlib import Path
+
+    text = str(value)
+    if text != "pydoc" and not Path(text).expanduser().exists():
+        raise UserError(f"haystack '{text}' not found", "give an existing .txt/.md file or a directory of them (default: the built-in pydoc prose)")
+    return text
+
+
+def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants: tuple[str, ...], has_depth: bool,  # noqa: A002
+               has_haystack: bool) -> Task:  # fmt: skip
+    """A Task for one RULER family (``niah``, ``vt``, ``cwe``, ``fwe``)."""
+    from functools import partial
+
+    options = []
+    if len(variants) > 1:
+        options.append(Option("variants", f"comma list of variants ({', '.join(variants)}) or all; default {','.join(default_variants)}",
+                              _variants_parser(name, variants), flag="--variant"))  # fmt: skip
+    if has_depth:
+        options.append(Option("depths", "N evenly spaced needle depths in [0, 1], or a comma list (default 0.1,0.3,0.5,0.7,0.9)", _depths))
+    options.append(Option("trials", "trials (random needles) per cell (default 4)", lambda v: parse_positive_int(v, "--trials")))
+    options.append(Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True))
+    if has_haystack:
+        options.append(Option("haystack", "essay haystack: a .txt/.md file or directory (default: the running Python's pydoc prose)", _haystack))
+    spec = dict(name=name, variants=default_variants, has_depth=has_depth, has_haystack=has_haystack)
+    return Task(
+        name=name, help=help, settings=Settings, options=tuple(options),
+        prepare=partial(prepare, spec), cells=partial(cells, spec), groups=groups, run_group=partial(run_group, spec),
+        cost=partial(cost, spec), metric="accuracy", higher_is_better=True, default_lengths=default_lengths,
+        plots=partial(plots, name), validate=validate,
+    )  # fmt: skip
+
+
+def validate(settings: Settings) -> None:
+    if settings.trials < 1:
+        raise UserError(f"--trials {settings.trials} must be >= 1", "pass e.g. --trials 10")
+
+
+def _variants(spec, settings) -> tuple[str, ...]:
+    return settings.variants or spec["variants"]
+
+
+def prepare(spec, lm, settings: Settings) -> Context:
+    """Check every length holds every variant's fixed text; the haystack's digest goes on rows."""
+    from ..synthetic import TooShort, build, load_haystack
+
+    lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
+    haystack = load_haystack(settings.haystack) if spec["has_haystack"] else None
+    for variant in _variants(spec, settings):
+        for n in lengths:
+            try:
+                build(spec["name"], variant, lm.tokenizer, n, 0.5 if spec["has_depth"] else None, 0, 0, settings.chat, haystack)
+            except TooShort as exc:
+                raise UserError(f"length {n} is too short for {spec['name']} {variant} (needs at least {exc.minimum} tokens with this tokenizer)",
+                                f"use --len of at least {exc.minimum}") from None  # fmt: skip
+    template = json.dumps({"task": spec["name"], "chat": settings.chat, "haystack": haystack.digest if haystack else ""}, sort_keys=True)
+    digest = "sha256:" + hashlib.sha256(template.encode()).hexdigest()[:16]
+    dataset = f"ruler-{spec['name']}" + (f":{haystack.name}" if haystack else "") + ("-chat" if settings.chat else "")
+    return Context(dataset=dataset, data_digest=digest, state=(lengths, haystack))
+
+
+def cells(spec, settings: Settings, ctx: Context) -> list[Cell]:
+    lengths, _ = ctx.state
+    depths = settings.depths if spec["has_depth"] else (None,)
+    return [
+        Cell(spec["name"], m, f, n, depth=d, variant=v)
+        for v in _variants(spec, settings)
+        for m in settings.methods
+        for f in factors_for(m, settings.factors)
+        for n in lengths
+        for d in depths
+    ]
+
+
+def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
+    """Every depth of one (method, factor, length, variant): one shared haystack stream."""
+    out: dict[tuple, list[Cell]] = {}
+    for cell in todo:
+        out.setdefault((cell.variant, cell.method, cell.factor, cell.length), []).append(cell)
+    return list(out.values())
+
+
+def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
+    from ..synthetic import TOKENS_TO_GENERATE
+
+    lengths = settings.lengths or default_lengths(trained_len)
+    depths = settings.depths if spec["has_depth"] else (0.0,)
+    steps = TOKENS_TO_GENERATE.get(spec["name"], 128)
+    items = []
+    for _ in _variants(spec, settings):
+        for m in settings.methods:
+            for f in factors_for(m, settings.factors):
+                forwards = tuple(lengths) + tuple(max(1, int(n * (1 - d))) for n in lengths for d in depths for _ in range(settings.trials))
+                items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards,
+                                      decode_steps=len(lengths) * len(depths) * settings.trials * steps, what=m.label))  # fmt: skip
+    return items
+
+
+def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
+    from ..decoding import decode_shared
+    from ..patching import applied
+    from ..synthetic import build, score
+
+    _, haystack = ctx.state
+    tok = lm.tokenizer
+    first = group[0]
+    prompts, owner = [], []
+    for cell in group:
+        for t in range(settings.trials):
+            prompts.append(build(spec["name"], cell.variant, tok, cell.length, cell.depth, ctx.seed, t, settings.chat, haystack))
+            owner.append((cell, t))
+    new_tokens = max(p.max_new_tokens for p in prompts)
+    seq_len = max(len(p.ids) for p in prompts) + new_tokens  # what dynamic methods see
+    pending = {cell: settings.trials for cell in group}
+    done: dict = {}
+    with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
+        for a in decode_shared(lm.model, [p.ids for p in prompts], new_tokens, tok.eos_token_id):
+            cell, t = owner[a.index]
+            done[(cell, t)] = (prompts[a.index], a.tokens, a.seconds)
+            pending[cell] -= 1
+            if pending[cell] == 0:
+                rows = []
+                for trial in range(settings.trials):
+                    p, new, seconds = done[(cell, trial)]
+                    text = tok.decode(list(new), skip_special_tokens=True)
+                    value = score(p.metric, text, p.answers)
+                    rows.append(Measurement("score", value, trial=trial, answer=text.strip(), tokens=len(p.ids), seconds=round(seconds, 4),
+                                            extra={"answers": list(p.answers), "needle_pos": list(p.needle_positions), "metric": p.metric}))  # fmt: skip
+                total_seconds = sum(done[(cell, t)][2] for t in range(settings.trials))
+                yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), total_seconds,
+                                                 metric=prompts[0].metric)  # fmt: skip
+
+
+def plots(name, records, directory):
+    from ..plots import depth_heatmaps
+
+    return depth_heatmaps(records, directory, name, "score")
