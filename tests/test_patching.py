@@ -254,12 +254,15 @@ def test_native_dynamic_model_under_another_method_gets_exactly_that_method(ids)
     assert_close(patched_logits(dynamic, "yarn", ids), patched_logits(llama(), "yarn", ids), atol=1e-6)
 
 
-def test_model_without_rope_is_a_user_error():
+def test_model_without_rope_runs_only_baselines_and_has_no_rotary_module():
+    """More in test_baselines.py: such a model is a baseline (none, native); scaling it is a UserError."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=10, bos_token_id=0, eos_token_id=0))
-    with pytest.raises(UserError, match="no rotary position embedding"):
-        RopeGeometry.from_config(model.config)
+    geom = RopeGeometry.from_config(model.config)
+    assert geom.position == "absolute" and not geom.has_rope
+    with pytest.raises(UserError, match="no rotary position embedding"), applied(model, geom, resolve("ntk"), 2.0, 16):
+        pass
     with pytest.raises(UserError, match="no rotary embedding module"):
         rotary_modules(model)
 
