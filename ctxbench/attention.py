@@ -20,6 +20,10 @@ Relative position ``p = i - j`` of query ``i`` and key ``j``; window ``w``; trai
 * ``self-extend``  (Jin et al. 2024, arXiv 2401.01325): ``p`` if ``p < w`` else
   ``(i // G + w - w // G) - j // G`` (the grouped query is shifted so both parts meet at ``w``)
 * ``logn``: the query at 1-based position ``m > L`` is multiplied by ``log_L(m)``.
+
+``rerope+logn``, ``leaky-rerope+logn`` and ``self-extend+logn`` do both, as ReRoPE's author's code
+(bojone/rerope, and the yarn repository's copy) always does: every query, in both branches, is
+multiplied by ``max(1, log_L(m))`` before the positions are applied.
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ class AttentionPlan:
     window: int = 0
     k: float = 1.0
     group: int = 1
+    logn: bool = False  # two-branch methods: also scale queries by log-n (``kind == "logn"`` always does)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -118,13 +123,18 @@ def _grouped(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return q.view(b, kv_heads, h // kv_heads, n, d)
 
 
+def _logn_queries(q: torch.Tensor, q_pos: torch.Tensor, trained_len: int) -> torch.Tensor:
+    """Query at 1-based position ``m`` times ``log_L(m)`` when ``m > L`` (``max(1, log_L(m))``)."""
+    m = (q_pos + 1).float()
+    factor = torch.where(m > trained_len, torch.log(m) / math.log(trained_len), torch.ones_like(m))
+    return q * factor.to(q.dtype)[None, None, :, None]
+
+
 def _logn_attention(plan, q, k, v, scaling, q_pos, k_pos):
     """Rotate normally, multiply query ``m`` (1-based) by ``log_L(m)`` when ``m > L``, then SDPA."""
     qr = rotate(q, q_pos, plan.inv_freq, plan.scale, plan.rotary_dim)
     kr = rotate(k, k_pos, plan.inv_freq, plan.scale, plan.rotary_dim)
-    m = (q_pos + 1).float()
-    factor = torch.where(m > plan.trained_len, torch.log(m) / math.log(plan.trained_len), torch.ones_like(m))
-    qr = qr * factor.to(qr.dtype)[None, None, :, None]
+    qr = _logn_queries(qr, q_pos, plan.trained_len)
     gqa = q.shape[1] != k.shape[1]
     n_q, n_k = q.shape[2], k.shape[2]
     if n_q == n_k:
@@ -148,6 +158,8 @@ def _two_branch_attention(plan, q, k, v, scaling, q_pos, k_pos):
     n_q = q.shape[2]
     w = plan.window
     inv, scale, rd = plan.inv_freq, plan.scale, plan.rotary_dim
+    if plan.logn:  # rotation is linear: scaling before it is scaling both branches' scores
+        q = _logn_queries(q, q_pos, plan.trained_len)
     near_q = rotate(q, q_pos, inv, scale, rd)  # (b, h, n_q, d)
     near_k = rotate(k, k_pos, inv, scale, rd)  # (b, kv, n_k, d)
     if plan.kind == "rerope":

@@ -316,6 +316,27 @@ def report(
             console.print(f"plot: {path}")
 
 
+@app.command()
+def export(
+    method: str = typer.Option(..., "--method", help="one method, e.g. yarn (see `ctxbench methods`)"),
+    factor: str = typer.Option("2", "--factor", "-f", help="scale factor >= 1"),
+    to: str = typer.Option(..., "--to", help="transformers | vllm | llamacpp | json"),
+    model: str | None = typer.Option(None, "--model", "-m", help="read the geometry from this model's config"),
+    head_dim: int | None = typer.Option(None, "--head-dim", help="rotary dims d (without --model)"),
+    base: float | None = typer.Option(None, "--base", help="rope base b (without --model)"),
+    trained_len: str | None = typer.Option(None, "--trained-len", help="trained context L (without --model)"),
+    param: list[str] | None = PARAM,
+    trust_remote_code: bool = TRUST,
+) -> None:
+    """Print a method and factor as the settings of a serving engine (transformers, vLLM, llama.cpp)."""
+    from .export import export as export_text
+    from .parsing import parse_params
+
+    text = export_text(method, factor, to, model=model, head_dim=head_dim, base=base, trained_len=trained_len,
+                       params=parse_params(param), trust_remote_code=trust_remote_code)  # fmt: skip
+    sys.stdout.write(text + "\n")
+
+
 def _register_tasks() -> None:
     from .tasks import registry
 

@@ -1,7 +1,13 @@
-"""RoPE geometry of a model: the only place that reads HF config fields about rotary embeddings.
+"""RoPE geometry of a model: the only place that reads HF config fields about position encodings.
 
 Those fields moved between transformers versions (``rope_theta``/``rope_scaling`` before v5,
 ``rope_parameters`` since), so everything else in ctxbench reads a :class:`RopeGeometry`.
+
+Models without RoPE are read too, as baselines: ``position`` is ``"alibi"`` (BLOOM, MPT, Falcon
+with ``alibi``) or ``"absolute"`` (a learned position table: GPT-2, OPT, GPT-Neo, ...). Only
+``none`` and ``native`` apply to them (see :func:`ctxbench.methods.check_applicable`). A rotary
+layout ctxbench cannot drive (GPT-J/CodeGen's interleaved pairs, per-layer-type RoPE) is a
+:class:`UserError` here, never a silent mis-patch later.
 """
 
 from __future__ import annotations
@@ -9,6 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import UserError
+
+POSITIONS = ("rope", "alibi", "absolute")
+# Config keys that mean a rotary embedding of a kind ctxbench does not read (GPT-J, CodeGen: interleaved pairs).
+_OTHER_ROTARY_KEYS = ("rotary_dim", "rotary_emb_dim", "rotary", "rope_ratio")
 
 
 @dataclass(frozen=True)
@@ -25,8 +35,16 @@ class RopeGeometry:
     trained_len: int
     model_type: str = ""
     native: dict = field(default_factory=dict, compare=False, hash=False)
+    position: str = "rope"  # rope | alibi | absolute
+    max_positions: int = field(default=0, compare=False)  # config's max_position_embeddings (0: unknown)
 
     def __post_init__(self) -> None:
+        if self.position not in POSITIONS:
+            raise ValueError(f"position must be one of {POSITIONS}, got {self.position!r}")
+        if self.position != "rope":
+            if self.trained_len < 1:
+                raise UserError(f"trained length {self.trained_len} must be >= 1", "pass e.g. --trained-len 4096")
+            return
         if self.rotary_dim <= 2 or self.rotary_dim % 2:
             raise UserError(
                 f"rotary dim {self.rotary_dim} is not an even number > 2",
@@ -40,6 +58,10 @@ class RopeGeometry:
     @property
     def pairs(self) -> int:
         return self.rotary_dim // 2
+
+    @property
+    def has_rope(self) -> bool:
+        return self.position == "rope"
 
     @classmethod
     def from_config(cls, config) -> RopeGeometry:
@@ -62,11 +84,8 @@ class RopeGeometry:
             or getattr(config, "rope_theta", None)
             or getattr(config, "rotary_emb_base", None)
         )
-        if base is None:
-            raise UserError(
-                f"model type '{getattr(config, 'model_type', '?')}' has no rotary position embedding (RoPE)",
-                "ctxbench evaluates RoPE scaling methods; pick a RoPE model such as Llama, Mistral, Qwen or SmolLM2",
-            )
+        if base is None or _uses_alibi(config):
+            return _without_rope(config)
         partial = (
             params.get("partial_rotary_factor")
             or getattr(config, "partial_rotary_factor", None)
@@ -88,4 +107,45 @@ class RopeGeometry:
             trained_len=int(trained),
             model_type=str(getattr(config, "model_type", "")),
             native=native,
+            max_positions=int(getattr(config, "max_position_embeddings", None) or 0),
         )
+
+
+def _uses_alibi(config) -> bool:
+    attn = getattr(config, "attn_config", None)
+    attn_alibi = attn.get("alibi") if isinstance(attn, dict) else getattr(attn, "alibi", None)
+    return getattr(config, "model_type", "") == "bloom" or bool(getattr(config, "alibi", False)) or bool(attn_alibi)
+
+
+# BLOOM's configs carry no trained length; BLOOM (and MPT-7B) were trained at 2048 tokens.
+ALIBI_DEFAULT_LEN = 2048
+
+
+def _without_rope(config) -> RopeGeometry:
+    """Geometry of a model without RoPE: ALiBi or a learned absolute-position table, else an error."""
+    model_type = str(getattr(config, "model_type", "?"))
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None) or getattr(config, "n_heads", None)
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or getattr(config, "d_model", None)
+    head_dim = int(hidden // heads) if hidden and heads else 0
+    if _uses_alibi(config):
+        trained = (
+            getattr(config, "max_seq_len", None) or getattr(config, "seq_length", None)
+            or getattr(config, "max_position_embeddings", None) or ALIBI_DEFAULT_LEN
+        )  # fmt: skip
+        return RopeGeometry(head_dim=head_dim, rotary_dim=0, base=0.0, trained_len=int(trained), model_type=model_type, position="alibi")
+    keys = [k for k in _OTHER_ROTARY_KEYS if getattr(config, k, None)]
+    if keys or getattr(config, "position_embedding_type", None) == "rotary":
+        raise UserError(
+            f"model type '{model_type}' uses a rotary layout ctxbench does not support ({', '.join(keys) or 'position_embedding_type=rotary'})",
+            "ctxbench patches transformers' rotary modules with an inv_freq buffer (Llama, Mistral, Qwen2/3, Phi-3, GPT-NeoX, StableLM, Gemma, OLMo)",
+        )
+    table = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    if not table:
+        raise UserError(
+            f"model type '{model_type}' has no rotary position embedding (RoPE), no ALiBi and no position table ctxbench can read",
+            "pick a RoPE model such as Llama, Mistral, Qwen or SmolLM2",
+        )
+    return RopeGeometry(
+        head_dim=head_dim, rotary_dim=0, base=0.0, trained_len=int(table), model_type=model_type,
+        position="absolute", max_positions=int(table),
+    )  # fmt: skip

@@ -11,7 +11,11 @@ plus what the CLI shows about it; adding a method is one function and one entry.
 
 Attention-level methods (``logn``, ``rerope``, ``leaky-rerope``, ``self-extend``) are entries
 too, with ``attention=True``; their maths lives in :mod:`ctxbench.attention`. They combine with
-one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``).
+one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``); a two-branch method also takes log-n
+query scaling, as ReRoPE's author always used it: ``rerope+logn``, ``ntk+rerope+logn``.
+
+``native`` is the model as shipped: the config's own RoPE scaling, computed by transformers.
+Models without RoPE run only ``none`` and ``native`` (:func:`check_applicable`).
 
 Notation (DESIGN.md): rotary dim ``d``, base ``b``, trained context ``L``, factor ``s``, pair
 ``i = 0..d/2-1``, ``theta_i = b^(-2i/d)``, wavelength ``lambda_i = 2*pi/theta_i``, current length ``l``.
@@ -226,6 +230,50 @@ def theta_freqs(geom: RopeGeometry, factor: float, seq_len: int, theta: float | 
     return _inv_freq(theta, geom), 1.0
 
 
+class _RopeConfig:
+    """The few config fields transformers' ``ROPE_INIT_FUNCTIONS`` read, rebuilt from a geometry."""
+
+    def __init__(self, geom: RopeGeometry, rope: dict) -> None:
+        partial = geom.rotary_dim / geom.head_dim
+        if int(geom.head_dim * partial) != geom.rotary_dim:  # int() must give back the rotary dim
+            partial = math.nextafter(partial, 2.0)
+        self.rope_parameters = {"rope_theta": geom.base, "partial_rotary_factor": partial, **rope}
+        self.head_dim = geom.head_dim
+        self.num_attention_heads = 1
+        self.hidden_size = geom.head_dim
+        self.max_position_embeddings = geom.max_positions or geom.trained_len
+
+    def standardize_rope_params(self) -> None:  # already standard
+        pass
+
+
+def native_rope(geom: RopeGeometry) -> dict:
+    """The model config's own RoPE scaling: ``{"rope_type": ..., <its parameters>}`` (``default`` when none)."""
+    rope = {k: v for k, v in geom.native.items() if k != "type"}
+    rope_type = rope.get("rope_type") or geom.native.get("type") or "default"
+    return {**rope, "rope_type": rope_type}
+
+
+def native_freqs(geom: RopeGeometry, factor: float, seq_len: int) -> tuple[torch.Tensor, float]:
+    """The model as shipped: the config's own RoPE scaling, computed by the installed transformers'
+    ``ROPE_INIT_FUNCTIONS`` (linear, dynamic, yarn, longrope, llama3, and any other type it has) for
+    a sequence of ``seq_len`` tokens, as the model's rotary module would; the given factor is not used."""
+    rope = native_rope(geom)
+    rope_type = rope["rope_type"]
+    if rope_type == "default":
+        return none_freqs(geom, factor, seq_len)
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    fn = ROPE_INIT_FUNCTIONS.get(rope_type)
+    if fn is None:
+        raise UserError(
+            f"the model's config asks for RoPE type '{rope_type}', which the installed transformers does not have",
+            f"it has: default, {', '.join(ROPE_INIT_FUNCTIONS)}; upgrade transformers or pick another method",
+        )
+    inv_freq, scale = fn(_RopeConfig(geom, rope), "cpu", seq_len=int(seq_len))
+    return inv_freq.float(), float(scale)
+
+
 @dataclass(frozen=True, eq=False)  # registry entries are singletons: identity equality and hash
 class Method:
     """One registry entry: the pure function and what ``ctxbench methods`` shows about it."""
@@ -272,6 +320,10 @@ METHODS: dict[str, Method] = {
         "theta", theta_freqs, "base replaced by theta", "ABF, Code Llama arXiv 2308.12950",
         params={"theta": None}, uses_factor=False,
     ),
+    "native": Method(
+        "native", native_freqs, "the model config's own RoPE scaling (its rope_type and parameters), as shipped",
+        "transformers ROPE_INIT_FUNCTIONS", uses_factor=False, dynamic=True,
+    ),
     # Attention-level methods: frequencies come from the method they are combined with (none by default).
     "logn": Method(
         "logn", None, "q at position m > L scaled by log_L(m)", "entropy-invariant attention (Su 2021; Chiang & Cholak 2022)",
@@ -291,7 +343,11 @@ METHODS: dict[str, Method] = {
     ),
 }
 
-ALIASES: dict[str, str] = {"pi": "linear", "dynamic": "dynamic-ntk", "abf": "theta", "plain": "none"}
+ALIASES: dict[str, str] = {"pi": "linear", "dynamic": "dynamic-ntk", "abf": "theta", "plain": "none", "shipped": "native"}
+# Attention-level methods with a near and a far branch; each also takes log-n query scaling (``rerope+logn``).
+TWO_BRANCH = ("rerope", "leaky-rerope", "self-extend")
+# Rope types whose frequencies depend on the sequence length (transformers recomputes them per forward).
+DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 
 
 @dataclass(frozen=True)
@@ -302,6 +358,7 @@ class MethodSetting:
     freq: Method
     attention: Method | None
     params: tuple[tuple[str, object], ...]  # sorted (key, value) pairs, hashable
+    logn: bool = False  # a two-branch method that also scales queries by log-n (``rerope+logn``)
     label: str = ""  # how tables, plots and rows name it; default: name(non-default params)
 
     def __post_init__(self) -> None:
@@ -325,6 +382,17 @@ class MethodSetting:
     def dynamic(self) -> bool:
         """Frequencies depend on the sequence length, so each length needs its own forward."""
         return self.freq.dynamic
+
+    def dynamic_for(self, geom: RopeGeometry) -> bool:
+        """:attr:`dynamic` for this model: ``native`` is dynamic only where the config's rope type is."""
+        if self.freq.name == "native":
+            return geom.has_rope and native_rope(geom)["rope_type"] in DYNAMIC_ROPE_TYPES
+        return self.dynamic
+
+    @property
+    def scales_queries(self) -> bool:
+        """Queries past ``L`` are multiplied by ``log_L(m)`` (``logn`` alone or with a two-branch method)."""
+        return self.logn or (self.attention is not None and self.attention.name == "logn")
 
     def params_json(self) -> str:
         return json.dumps(self.param_dict, sort_keys=True)
@@ -377,7 +445,8 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None) -> 
     """``"ntk+logn"``, ``{"beta_fast": 16}`` -> a :class:`MethodSetting` with defaults filled in.
 
     Raises :class:`UserError` for unknown names, unknown parameters and combinations other than
-    one frequency method plus one attention-level method.
+    one frequency method plus one attention-level method, where a two-branch method (``rerope``,
+    ``leaky-rerope``, ``self-extend``) may also take ``logn``: ``ntk+rerope+logn``.
     """
     params = dict(params or {})
     parts = [_canonical(p) for p in str(spec).split("+") if p.strip()]
@@ -385,13 +454,11 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None) -> 
         raise UserError("empty method name", f"choose one of: {', '.join(METHODS)}")
     freqs = [p for p in parts if not METHODS[p].attention]
     attns = [p for p in parts if METHODS[p].attention]
+    logn = len(attns) == 2 and "logn" in attns and any(a in TWO_BRANCH for a in attns)
+    if logn:
+        attns = [a for a in attns if a != "logn"]
     if len(freqs) > 1 or len(attns) > 1:
-        freq_names = ", ".join(n for n, m in METHODS.items() if not m.attention)
-        attn_names = ", ".join(n for n, m in METHODS.items() if m.attention)
-        raise UserError(
-            f"cannot combine '{spec}'",
-            f"combine at most one frequency method ({freq_names}) with one attention method ({attn_names}), e.g. ntk+logn",
-        )
+        raise UserError(f"cannot combine '{spec}'", combinations_hint())
     freq = METHODS[freqs[0]] if freqs else METHODS["none"]
     attention = METHODS[attns[0]] if attns else None
     defaults = {**freq.params, **(attention.params if attention else {})}
@@ -407,15 +474,34 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None) -> 
     for key in ("window",):
         if merged.get(key) is not None and isinstance(merged[key], str):
             merged[key] = parse_length(merged[key])
-    name = "+".join([freq.name] if attention is None else ([attention.name] if freq.name == "none" else [freq.name, attention.name]))
-    return MethodSetting(name=name, freq=freq, attention=attention, params=tuple(sorted(merged.items())), label=label or "")
+    parts = [freq.name] if attention is None or freq.name != "none" else []
+    parts += [attention.name] if attention is not None else []
+    parts += ["logn"] if logn else []
+    return MethodSetting(name="+".join(parts), freq=freq, attention=attention, params=tuple(sorted(merged.items())), logn=logn,
+                         label=label or "")  # fmt: skip
+
+
+def combinations_hint() -> str:
+    """What combines, for the one error every impossible combination gives."""
+    freq_names = ", ".join(n for n, m in METHODS.items() if not m.attention)
+    attn_names = ", ".join(n for n, m in METHODS.items() if m.attention)
+    with_logn = ", ".join(f"{n}+logn" for n in TWO_BRANCH)
+    return (
+        f"combine at most one frequency method ({freq_names}) with one attention method ({attn_names}); "
+        f"a two-branch method also takes logn ({with_logn}); e.g. ntk+logn, yarn+rerope, ntk+rerope+logn"
+    )
 
 
 def effective_params(setting: MethodSetting, geom: RopeGeometry, factor: float) -> dict:
     """Every parameter the method uses, after defaults (including those derived from ``L`` and ``s``)."""
     from .attention import attention_defaults  # attention maths depends on methods, not the reverse
 
+    check_applicable(setting, geom)
+    if not geom.has_rope:
+        return {"position": geom.position} if setting.freq.name == "native" else {}
     params = setting.param_dict
+    if setting.freq.name == "native":
+        params.update(native_rope(geom))  # the config's own parameters, as shipped
     if setting.attention is not None:
         params.update(attention_defaults(setting.attention.name, setting.attention_params(), geom, factor))
     return params
@@ -427,5 +513,36 @@ def frequencies(
     """``(inv_freq, attention_scale)`` of a resolved method for a sequence of ``seq_len`` tokens."""
     if factor < 1:
         raise UserError(f"bad factor {factor}: it must be >= 1", "use 1 for none, 2, 4, ...")
+    check_applicable(setting, geom)
+    if not geom.has_rope:
+        raise UserError(
+            f"model type '{geom.model_type}' has no rotary position embedding (RoPE; it uses {geom.position} positions), "
+            "so it has no rotary frequencies", "run its baselines with --method none or native",
+        )
     inv_freq, scale = setting.freq.fn(geom, float(factor), int(seq_len), **setting.freq_params())
     return inv_freq.to(torch.float32), float(scale)
+
+
+BASELINES = ("none", "native")  # what applies to a model without RoPE
+
+
+def check_applicable(setting: MethodSetting, geom: RopeGeometry, seq_len: int | None = None) -> None:
+    """Raise :class:`UserError` if ``setting`` cannot run on a model of this geometry (at ``seq_len``).
+
+    A model without RoPE (ALiBi, learned absolute positions) runs only ``none`` and ``native``, the
+    model as it is; every scaling method is an error. A learned absolute-position table ends at
+    ``max_positions``: a longer sequence is an error, not an index crash inside the model.
+    """
+    if geom.has_rope:
+        return
+    if setting.name not in BASELINES:
+        raise UserError(
+            f"model type '{geom.model_type}' has no rotary position embedding (RoPE; it uses {geom.position} positions), "
+            f"so method '{setting.name}' cannot apply",
+            f"run it as a baseline with --method {' or '.join(BASELINES)}; scaling methods need a RoPE model",
+        )
+    if geom.position == "absolute" and seq_len is not None and seq_len > geom.max_positions:
+        raise UserError(
+            f"length {seq_len} is past the learned position table of model type '{geom.model_type}' ({geom.max_positions} positions)",
+            f"use lengths up to {geom.max_positions} with this model",
+        )

@@ -24,7 +24,7 @@ from .attention import NAME as ATTENTION_NAME
 from .attention import AttentionPlan
 from .errors import UserError
 from .geometry import RopeGeometry
-from .methods import MethodSetting, effective_params, frequencies
+from .methods import MethodSetting, check_applicable, effective_params, frequencies
 
 
 def rotary_modules(model: nn.Module) -> list[nn.Module]:
@@ -47,7 +47,16 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
 def applied(
     model: nn.Module, geom: RopeGeometry, setting: MethodSetting, factor: float, seq_len: int
 ) -> Iterator[tuple[torch.Tensor, float]]:
-    """Apply ``setting`` at ``factor`` for sequences of ``seq_len`` tokens; yields (inv_freq, scale)."""
+    """Apply ``setting`` at ``factor`` for sequences of ``seq_len`` tokens; yields (inv_freq, scale).
+
+    On a model without RoPE only the baselines ``none`` and ``native`` apply, and they leave the
+    model as it is (yields ``(None, 1.0)``); anything else, or a length past a learned position
+    table, is a :class:`UserError` (:func:`ctxbench.methods.check_applicable`).
+    """
+    check_applicable(setting, geom, seq_len)
+    if not geom.has_rope:
+        yield None, 1.0
+        return
     inv_freq, scale = frequencies(setting, geom, factor, seq_len)
     rotaries = rotary_modules(model)
     saved = [(m, m.inv_freq, getattr(m, "attention_scaling", None), getattr(m, "rope_type", None)) for m in rotaries]
@@ -82,6 +91,7 @@ def applied(
                 window=int(params.get("window") or 0),
                 k=float(params.get("k") or 1.0),
                 group=int(params.get("group") or 1),
+                logn=setting.logn,
             )
             for module in attention_modules(model):
                 module._ctxbench_plan = plan

@@ -195,7 +195,7 @@ def run_task(
     import torch
     import transformers
 
-    from .methods import effective_params
+    from .methods import check_applicable, effective_params
     from .results import Row, cell_key
 
     task, settings = job.task, job.settings
@@ -220,6 +220,8 @@ def run_task(
     extra_all = {"trained_len": lm.geometry.trained_len}
     if shard is not None:
         extra_all["rank"] = shard[0]
+    for c in full_grid:  # a scaling method on a model without RoPE, a length past a learned position table
+        check_applicable(c.method, lm.geometry, c.length)
     params: dict[tuple, str] = {}  # (method, factor) -> JSON of every parameter after defaults
     for c in grid:
         if (c.method, c.factor) not in params:

@@ -420,7 +420,8 @@ def test_combined_method_takes_the_parameters_of_both_parts():
     assert setting.freq_params()["beta_fast"] == 16 and setting.attention_params() == {"window": 1024}
 
 
-@pytest.mark.parametrize("spec", ["ntk+yarn", "rerope+self-extend", "linear+ntk+logn", "logn+rerope"])
+@pytest.mark.parametrize("spec", ["ntk+yarn", "rerope+self-extend", "linear+ntk+logn", "logn+logn", "rerope+self-extend+logn",
+                                  "rerope+rerope+logn", "native+ntk"])
 def test_other_combinations_are_user_errors_listing_what_combines(spec):
     with pytest.raises(UserError, match=re.escape(f"cannot combine '{spec}'")) as info:
         resolve(spec)
@@ -428,6 +429,27 @@ def test_other_combinations_are_user_errors_listing_what_combines(spec):
     assert all(name in fix for name in METHODS)
     freq_part, attn_part = fix.split("with one attention method")
     assert "yarn" in freq_part and "logn" not in freq_part and "logn" in attn_part and "self-extend" in attn_part
+    assert all(f"{n}+logn" in attn_part for n in ("rerope", "leaky-rerope", "self-extend"))
+
+
+@pytest.mark.parametrize("spec,name,freq,attn", [("rerope+logn", "rerope+logn", "none", "rerope"), ("logn+rerope", "rerope+logn", "none", "rerope"),
+                                                 ("leaky-rerope+logn", "leaky-rerope+logn", "none", "leaky-rerope"),
+                                                 ("logn+self-extend", "self-extend+logn", "none", "self-extend"),
+                                                 ("ntk+rerope+logn", "ntk+rerope+logn", "ntk", "rerope"),
+                                                 ("logn+rerope+yarn", "yarn+rerope+logn", "yarn", "rerope")])  # fmt: skip
+def test_two_branch_methods_combine_with_logn(spec, name, freq, attn):
+    setting = resolve(spec, {"window": 16})
+    assert (setting.name, setting.freq.name, setting.attention.name, setting.logn) == (name, freq, attn, True)
+    assert setting.scales_queries and setting.attention_params()["window"] == 16
+    assert resolve(name, {"window": 16}) == setting  # the canonical name resolves to itself
+
+
+def test_existing_names_keep_their_meaning():
+    """Committed results name these: nothing about them changes."""
+    for spec in ("rerope", "ntk+logn", "logn", "yarn+rerope", "self-extend"):
+        setting = resolve(spec)
+        assert setting.name == spec and not setting.logn
+    assert resolve("ntk+logn").scales_queries and not resolve("rerope").scales_queries
 
 
 @pytest.mark.parametrize("text", ["0", "0.5", "abc", "-2", "nan", "inf", "", None])

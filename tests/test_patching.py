@@ -254,12 +254,15 @@ def test_native_dynamic_model_under_another_method_gets_exactly_that_method(ids)
     assert_close(patched_logits(dynamic, "yarn", ids), patched_logits(llama(), "yarn", ids), atol=1e-6)
 
 
-def test_model_without_rope_is_a_user_error():
+def test_model_without_rope_runs_only_baselines_and_has_no_rotary_module():
+    """More in test_baselines.py: such a model is a baseline (none, native); scaling it is a UserError."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=10, bos_token_id=0, eos_token_id=0))
-    with pytest.raises(UserError, match="no rotary position embedding"):
-        RopeGeometry.from_config(model.config)
+    geom = RopeGeometry.from_config(model.config)
+    assert geom.position == "absolute" and not geom.has_rope
+    with pytest.raises(UserError, match="no rotary position embedding"), applied(model, geom, resolve("ntk"), 2.0, 16):
+        pass
     with pytest.raises(UserError, match="no rotary embedding module"):
         rotary_modules(model)
 
@@ -364,10 +367,11 @@ def reference_frequencies(model, freq: str) -> tuple[np.ndarray, float]:
     raise ValueError(freq)
 
 
-def reference_logits(model, ids, kind, freq="none", w=0, k=1.0, g=1):
+def reference_logits(model, ids, kind, freq="none", w=0, k=1.0, g=1, logn=False):
+    """``logn=True`` with a two-branch kind: both effects, the method's positions and log-n queries."""
     inv_freq, scale = reference_frequencies(model, freq)
     positions = relative_positions("plain" if kind == "logn" else kind, ids.shape[1], w, k, g)
-    with reference(model, positions, inv_freq, scale, logn=kind == "logn"):
+    with reference(model, positions, inv_freq, scale, logn=logn or kind == "logn"):
         return logits(model, ids)
 
 
@@ -512,3 +516,54 @@ def test_fused_path_in_blocks_shorter_than_the_window_matches_the_reference(spec
     assert_close(torch.cat([first.logits, rest], dim=1), want)
     monkeypatch.setattr(attention, "FUSED_DEVICES", ())
     assert_close(got, patched_logits(model, spec, ids, params=params))
+
+
+# --- two-branch methods with log-n (ReRoPE as its author ran it) -----------------------------------
+
+LOGN_CASES = [
+    # (spec, ctxbench params, reference kind, frequency part, w, k, G)
+    ("rerope+logn", {"window": 16}, "rerope", "none", 16, 1.0, 1),
+    ("leaky-rerope+logn", {"window": 16, "k": 3.0}, "leaky-rerope", "none", 16, 3.0, 1),
+    ("self-extend+logn", {"window": 16, "group": 4}, "self-extend", "none", 16, 1.0, 4),
+    ("ntk+rerope+logn", {"window": 24}, "rerope", "ntk", 24, 1.0, 1),
+    ("yarn+self-extend+logn", {"window": 8, "group": 8}, "self-extend", "yarn", 8, 1.0, 8),
+]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox"])
+@pytest.mark.parametrize("spec,params,kind,freq,w,k,g", LOGN_CASES)
+def test_two_branch_method_with_logn_matches_the_naive_reference_with_both_effects(family, spec, params, kind, freq, w, k, g, ids, monkeypatch):
+    model = FAMILIES[family]()
+    want = reference_logits(model, ids, kind, freq, w, k, g, logn=True)
+    fused = patched_logits(model, spec, ids, params=params)
+    monkeypatch.setattr(attention, "FUSED_DEVICES", ())  # the blocked path too
+    blocked = patched_logits(model, spec, ids, params=params)
+    assert_close(fused, want)
+    assert_close(blocked, want)
+    # both effects matter at 4L: without log-n, or with plain positions, the logits differ
+    assert (want - reference_logits(model, ids, kind, freq, w, k, g)).abs().max() > 1e-2
+    assert (want - reference_logits(model, ids, "logn", freq)).abs().max() > 1e-2
+
+
+def test_logn_query_scale_is_the_authors_formula():
+    """bojone/rerope: ``q *= clip(log(position_ids + 1) / log(training_length), 1)`` with 0-based ids."""
+    q = torch.ones(1, 1, 300, 2)
+    pos = torch.arange(300)
+    got = attention._logn_queries(q, pos, 64)[0, 0, :, 0]
+    want = np.clip(np.log(np.arange(300) + 1) / np.log(64), 1, None)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    assert got[63] == 1 and got[64] > 1  # position 63 is the 64th token: still inside L
+
+
+@pytest.mark.parametrize("spec,params", [("rerope+logn", {"window": 16}), ("self-extend+logn", {"window": 16, "group": 4})])
+def test_two_branch_logn_generation_with_a_kv_cache_matches_full_forwards(spec, params, ids):
+    model = llama()
+    prompt, new = ids[:, : N - 6], 6
+    with applied(model, geometry(model), resolve(spec, params), FACTOR, N), torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=new, do_sample=False, pad_token_id=0,
+                             return_dict_in_generate=True, output_logits=True)  # fmt: skip
+        seq = prompt
+        for step in range(new):
+            full = model(seq, use_cache=False).logits[0, -1]
+            assert_close(out.logits[step][0], full)
+            seq = torch.cat([seq, full.argmax().view(1, 1)], dim=1)
