@@ -12,6 +12,16 @@ from ctxbench.models import wrap
 TRAINED = 64  # trained context of the tiny models
 
 
+def pytest_configure(config):
+    """Subprocess tests run the `ctxbench` command of the Python running the tests (the project's
+    .venv when run as `.venv/bin/python -m pytest`, without activating it)."""
+    import os
+    import sys
+
+    bindir = os.path.dirname(sys.executable)
+    os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
 def byte_tokenizer() -> PreTrainedTokenizerFast:
     """One token per byte (ids 0..255) plus <s>=256 and </s>=257: no network, no files."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()

@@ -9,7 +9,7 @@ import pytest
 from ctxbench.results import COLUMNS, write_records
 
 
-def _row(task="ppl", method="none", length=4096, value=10.0, metric=None, status="ok", depth=""):
+def _row(task="ppl", method="yarn", length=4096, value=10.0, metric=None, status="ok", depth=""):
     metric = metric or ("ppl" if task == "ppl" else "accuracy")
     row = {c: "" for c in COLUMNS}
     row.update(
@@ -44,7 +44,7 @@ BASE = [_row(), _row(length=8192, value=20.0), _row(task="passkey", value=1.0, d
         ([*BASE[:2], _row(task="passkey", value=0.5, depth=0.5)], 1),  # accuracy down
         (BASE[:2], 1),  # a baseline cell is missing
         ([_row(metric="error", value="", status="oom"), *BASE[1:]], 1),  # failed in NEW
-        ([*BASE, _row(method="yarn")], 0),  # a new cell is not a regression
+        ([*BASE, _row(method="ntk")], 0),  # a new cell is not a regression
     ],
 )
 def test_exit_code_says_whether_anything_got_worse(tmp_path, new, code):
@@ -62,7 +62,7 @@ def test_markdown_is_a_table_for_the_job_summary(tmp_path):
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("### ctxbench compare: FAIL")
-    assert any(line.startswith("| ppl | none | 2 | 4096 |") and "+10.00%" in line and "**worse**" in line for line in lines)
+    assert any(line.startswith("| ppl | yarn | 2 | 4096 |") and "+10.00%" in line and "**worse**" in line for line in lines)
 
 
 @pytest.mark.parametrize("kind", ["truncated", "foreign", "missing"])
@@ -77,3 +77,23 @@ def test_bad_files_exit_2_and_stay_untouched(tmp_path, kind):
     proc = _compare(base, str(bad))
     assert proc.returncode == 2 and proc.stderr.startswith("error: ")
     assert (bad.read_bytes() if bad.exists() else None) == before
+
+
+def _with_interval(value, lo, hi, length=4096):
+    return [_row(value=value, length=length), _row(value=lo, metric="ppl_lo", length=length), _row(value=hi, metric="ppl_hi", length=length)]
+
+
+def test_a_rerun_that_moved_within_its_noise_passes_and_a_10_percent_regression_fails(tmp_path):
+    base = _with_interval(10.0, 9.0, 11.2)
+    noisy = _with_interval(10.6, 9.5, 11.8)  # +6% > rtol, but the intervals overlap
+    assert _compare(*_files(tmp_path, base, noisy)).returncode == 0
+    worse = _with_interval(11.0, 10.9, 11.1)  # +10%, intervals apart
+    proc = _compare(*_files(tmp_path, _with_interval(10.0, 9.9, 10.1), worse), "--format", "markdown")
+    assert proc.returncode == 1 and "do not overlap" in proc.stdout
+
+
+def test_a_shrinking_effective_length_is_worse(tmp_path):
+    base = [_row(task="passkey", value=1.0, length=n) for n in (1024, 2048, 4096)]
+    new = [_row(task="passkey", value=v, length=n) for n, v in ((1024, 1.0), (2048, 1.0), (4096, 0.5))]
+    proc = _compare(*_files(tmp_path, base, new), "--rtol", "0.9", "--format", "markdown")
+    assert proc.returncode == 1 and "effective length shrank from 4096 to 2048" in proc.stdout

@@ -1,42 +1,73 @@
-"""`ctxbench report`: plots are written, tables render, formats work."""
+"""`ctxbench report`: one pivot in every format, labels that never merge, plots that are written."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import subprocess
 
+from conftest import run_settings
+
 from ctxbench.methods import resolve
-from ctxbench.report import to_markdown, write_plots
-from ctxbench.runner import run_task
-from ctxbench.tasks import passkey, ppl
+from ctxbench.report import pivots, to_csv, to_json, to_markdown
+from ctxbench.results import write_records
+from ctxbench.settings import build_settings, resolve_methods
+from ctxbench.tasks import get
 
 
 def _records(tiny_lm, corpus_dir):
-    p = ppl.Settings(methods=[resolve("none"), resolve("yarn")], factors=[2.0], lengths=[32, 64, 128], dataset=str(corpus_dir), docs=1)
-    k = passkey.Settings(methods=[resolve("none")], factors=[2.0], lengths=[300, 400], depths=[0.0, 1.0], trials=1)
-    return run_task(tiny_lm, "ppl", p).records + run_task(tiny_lm, "passkey", k).records
+    p = build_settings(get("ppl"), resolve_methods("none,yarn,theta", {"theta": [1e5, 1e6]}), "2,4", "32,64,128",
+                       {"dataset": str(corpus_dir), "docs": "1"})  # fmt: skip
+    k = build_settings(get("passkey"), [resolve("none")], 2.0, "300,400", {"depths": "0,1", "trials": "2"})
+    return run_settings(tiny_lm, "ppl", p).records + run_settings(tiny_lm, "passkey", k).records
 
 
 def test_plots_are_written_and_not_empty(tiny_lm, corpus_dir, tmp_path):
+    from ctxbench.plots import write_plots
+
     paths = write_plots(_records(tiny_lm, corpus_dir), tmp_path / "plots")
     names = sorted(p.name for p in paths)
-    assert names == ["passkey-tiny-llama-none-x2.png", "ppl-tiny-llama-x2.png"]
+    assert "ppl-tiny-llama-x2.png" in names and "passkey-tiny-llama-none-xany.png" in names
+    assert "nll-position-tiny-llama-128-x4.png" in names
     for path in paths:
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
 
 
-def test_markdown_pivots_methods_by_length(tiny_lm, corpus_dir):
-    text = to_markdown(_records(tiny_lm, corpus_dir))
-    assert "#### ppl — tiny-llama, factor 2" in text
-    assert "| method | 32 | 64 | 128 |" in text
-    assert text.count("| yarn |") == 1
+def test_parameter_settings_never_merge_and_factor_free_methods_join_every_factor(tiny_lm, corpus_dir):
+    ps = pivots(_records(tiny_lm, corpus_dir))
+    ppl = [p for p in ps if p.task == "ppl"]
+    assert [p.factor for p in ppl] == ["2", "4"]
+    for p in ppl:
+        assert sorted(p.rows) == ["none", "theta(theta=100000)", "theta(theta=1000000)", "yarn"]
+        assert p.rows["theta(theta=100000)"][64].value != p.rows["theta(theta=1000000)"][64].value
 
 
-def test_report_command_formats(tiny_lm, corpus_dir, tmp_path):
-    from ctxbench.results import write_records
-
+def test_the_four_formats_give_the_same_numbers(tiny_lm, corpus_dir, tmp_path):
+    records = _records(tiny_lm, corpus_dir)
+    ps = pivots(records)
+    rows = list(csv.DictReader(io.StringIO(to_csv(ps))))
+    js = json.loads(to_json(ps))
+    md = to_markdown(ps)
+    for p, j in zip(ps, js, strict=True):
+        for label, cells in p.rows.items():
+            jrow = next(r for r in j["rows"] if r["method"] == label)
+            for n, cell in cells.items():
+                crow = next(r for r in rows if r["task"] == p.task and r["factor"] == p.factor and r["method"] == label and r["length"] == str(n))
+                assert float(crow["value"]) == cell.value == jrow["cells"][str(n)]["value"]
+                shown = f"{cell.value:.0%}" if p.higher_is_better else f"{cell.value:.4g}"
+                assert shown in md
     out = tmp_path / "r.csv"
-    write_records(out, _records(tiny_lm, corpus_dir))
-    for fmt, word in (("table", "perplexity"), ("markdown", "| method |"), ("csv", "method,32,64,128")):
+    write_records(out, records)
+    for fmt, word in (("table", "effective length"), ("markdown", "| method |"), ("csv", "model,task,variant"), ("json", '"lengths"')):
         proc = subprocess.run(["ctxbench", "report", str(out), "--format", fmt], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and word in proc.stdout, proc.stderr
+
+
+def test_baseline_and_filters(tiny_lm, corpus_dir):
+    ps = pivots(_records(tiny_lm, corpus_dir), task=["ppl"], factor=[2.0], length=[64], baseline="none")
+    assert len(ps) == 1 and ps[0].lengths == [64]
+    p = ps[0]
+    assert p.rows["none"][64].change is None
+    assert p.rows["yarn"][64].change == p.rows["yarn"][64].value / p.rows["none"][64].value - 1

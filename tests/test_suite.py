@@ -8,7 +8,8 @@ import pytest
 
 from ctxbench.errors import UserError
 from ctxbench.results import read_records, row_key
-from ctxbench.suite import load_suite, plan
+from ctxbench.plan import plan_table
+from ctxbench.suite import load_suite
 
 GOOD = """
 model = "{model}"
@@ -41,16 +42,58 @@ def _write(tmp_path, text):
 def test_shipped_suites_are_valid():
     for name in ("quick", "nightly", "yarn-paper"):
         suite = load_suite(f"tasks/{name}.toml")
-        assert suite.jobs and all(r["cells"] > 0 for r in plan(suite))
+        assert suite.jobs and all(j.cells > 0 for j in plan_table(suite.jobs, suite.model).jobs)
 
 
 def test_suite_builds_each_task_with_its_methods_and_params(tmp_path, corpus_dir):
     suite = load_suite(_write(tmp_path, GOOD.format(model="m", corpus=corpus_dir)))
-    (task1, ppl_settings), (task2, pk_settings) = suite.jobs
-    assert (task1, task2) == ("ppl", "passkey")
+    (job1, job2) = suite.jobs
+    assert (job1.task.name, job2.task.name) == ("ppl", "passkey")
+    ppl_settings, pk_settings = job1.settings, job2.settings
     assert [m.name for m in ppl_settings.methods] == ["none", "yarn"]
     assert dict(ppl_settings.methods[1].params)["beta_fast"] == 16
-    assert [m.name for m in pk_settings.methods] == ["none"] and pk_settings.depths == [0.5]
+    assert [m.name for m in pk_settings.methods] == ["none"] and pk_settings.depths == (0.5,)
+
+
+GRID = """
+[[methods]]
+name = "yarn"
+params = {{ beta_fast = [16, 32] }}
+[[methods]]
+name = "self-extend"
+params = {{ group = [2, 4], window = 16 }}
+[ppl]
+factors = [2]
+lengths = ["32", "64"]
+dataset = "{corpus}"
+docs = 1
+"""
+
+
+def test_list_parameters_expand_to_labelled_entries(tmp_path, corpus_dir):
+    suite = load_suite(_write(tmp_path, GRID.format(corpus=corpus_dir)))
+    labels = [m.label for m in suite.jobs[0].settings.methods]
+    assert labels == ["yarn(beta_fast=16)", "yarn", "self-extend(group=2,window=16)", "self-extend(group=4,window=16)"]
+
+
+def test_a_parameter_grid_gives_distinct_methods_in_csv_report_and_compare(tmp_path, corpus_dir, saved_model):
+    path = _write(tmp_path, 'model = "{}"\n'.format(saved_model) + GRID.format(corpus=corpus_dir))
+    out = tmp_path / "grid.csv"
+    proc = subprocess.run(["ctxbench", "sweep", str(path), "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    labels = {r["label"] for r in read_records(out)}
+    assert len(labels) == 4
+    for fmt in ("table", "markdown", "csv"):
+        text = subprocess.run(["ctxbench", "report", str(out), "--format", fmt], capture_output=True, text=True, timeout=120).stdout
+        assert all(label in text for label in ("yarn(beta_fast=16)", "self-extend(group=2,window=16)", "self-extend(group=4,window=16)"))
+    text = subprocess.run(["ctxbench", "compare", str(out), str(out), "--format", "markdown"], capture_output=True, text=True, timeout=120).stdout
+    assert text.count("| ppl | self-extend(group=4,window=16) |") == 2
+
+
+def test_two_entries_with_the_same_label_are_an_error_naming_both(tmp_path):
+    text = '[[methods]]\nname = "yarn"\nlabel = "y"\n[[methods]]\nname = "ntk"\nlabel = "y"\n[ppl]\nlengths = ["1k"]\n'
+    with pytest.raises(UserError, match="two method entries are labelled 'y': yarn .* and ntk"):
+        load_suite(_write(tmp_path, text))
 
 
 @pytest.mark.parametrize(
