@@ -283,8 +283,9 @@ class ResultsFile:
 
     @property
     def records(self) -> list[dict]:
-        """Rows of the file as last seen (without the ones a ``resume=False`` run will drop)."""
+        """Rows of the file now (without the ones a ``resume=False`` run will drop at its first write)."""
         with self._mutex:
+            self._sync()
             if not self._initial:
                 return list(self._records)
             return [r for r in self._records if _row_tuple(r) not in self._initial]
@@ -293,7 +294,6 @@ class ResultsFile:
         """Cells whose rows are all ``ok`` (failed cells run again on resume), re-read if another
         writer changed the file."""
         with self._mutex:
-            self._sync()
             records = self.records
         failed = {cell_key(r) for r in records if r.get("status") != "ok"}
         return {cell_key(r) for r in records} - failed
