@@ -73,7 +73,7 @@ def bench(n_rows: int, cells: int) -> dict[str, float]:
             results.add(_cell(start + cells + 1 + i, "a"))
             out["other wrote"] = out.get("other wrote", 0.0) + time.perf_counter() - t0
         out["other wrote"] /= cells
-        assert len(read_records(path)) == (n_rows // ROWS_PER_CELL + 3 * cells + 1) * ROWS_PER_CELL
+        assert len(read_records(path)) == (n_rows // ROWS_PER_CELL + 4 * cells + 1) * ROWS_PER_CELL
     return out
 
 
