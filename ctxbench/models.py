@@ -146,6 +146,8 @@ def load_config(spec: str, trust_remote_code: bool = False):
     from transformers import AutoConfig
 
     kind, path, gguf = locate(spec)
+    if kind == "gguf":
+        check_gguf(path / gguf)  # a garbage or cut-short file: a clear error, not a parser traceback
     try:
         if kind == "gguf":
             return AutoConfig.from_pretrained(str(path), gguf_file=gguf)
@@ -184,6 +186,11 @@ def load(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kind, path, gguf = locate(spec)
+    if kind == "dir" and not any(p.suffix in (".safetensors", ".bin") for p in path.iterdir()):
+        raise UserError(
+            f"model directory '{path}' has config.json but no weights (*.safetensors or *.bin)",
+            "copy the weight files into it (an interrupted download?) or save the model there with save_pretrained",
+        )
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     cached = _dequantised(path / gguf, torch_dtype) if gguf else None
@@ -235,6 +242,82 @@ def load(
         device=dev if not device_map else f"map:{device_map}",
         dtype=str(torch_dtype).replace("torch.", ""),
     )
+
+
+_GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # metadata type -> bytes
+
+
+def check_gguf(file: Path) -> None:
+    """Raise :class:`UserError` if ``file`` is not a GGUF file or is shorter than its tensor table
+    says (an interrupted download or copy). Reads the header only: milliseconds."""
+    import mmap
+    import struct
+    from math import prod
+
+    from gguf import GGML_QUANT_SIZES
+
+    def bad(why: str) -> UserError:
+        return UserError(f"model file '{file}' {why}", "download or copy the .gguf file again (compare its size with the source)")
+
+    size = file.stat().st_size
+    with file.open("rb") as f:
+        if size < 24 or f.read(4) != b"GGUF":
+            raise bad("is not a GGUF file (it does not start with the GGUF magic bytes)")
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+        if version not in (2, 3):
+            raise bad(f"is GGUF version {version}; versions 2 and 3 can be read")
+
+        def string(pos: int) -> tuple[bytes, int]:
+            (n,) = struct.unpack_from("<Q", buf, pos)
+            if pos + 8 + n > size:
+                raise struct.error("past the end")
+            return buf[pos + 8 : pos + 8 + n], pos + 8 + n
+
+        def skip(pos: int, vtype: int) -> int:
+            if vtype in _GGUF_SCALAR:
+                return pos + _GGUF_SCALAR[vtype]
+            if vtype == 8:
+                return string(pos)[1]
+            if vtype != 9:
+                raise struct.error(f"unknown value type {vtype}")
+            etype, count = struct.unpack_from("<IQ", buf, pos)
+            pos += 12
+            if etype in _GGUF_SCALAR:
+                return pos + count * _GGUF_SCALAR[etype]
+            for _ in range(count):
+                pos = skip(pos, etype)
+                if pos > size:
+                    raise struct.error("past the end")
+            return pos
+
+        pos, alignment = 24, 32
+        for _ in range(n_kv):
+            key, pos = string(pos)
+            (vtype,) = struct.unpack_from("<I", buf, pos)
+            if key == b"general.alignment" and vtype == 4:
+                (alignment,) = struct.unpack_from("<I", buf, pos + 4)
+            pos = skip(pos + 4, vtype)
+            if pos > size:
+                raise struct.error("past the end")
+        need = 0
+        for _ in range(n_tensors):
+            _, pos = string(pos)
+            (n_dims,) = struct.unpack_from("<I", buf, pos)
+            dims = struct.unpack_from(f"<{n_dims}Q", buf, pos + 4)
+            ttype, offset = struct.unpack_from("<IQ", buf, pos + 4 + 8 * n_dims)
+            pos += 16 + 8 * n_dims
+            if ttype in GGML_QUANT_SIZES:  # a type this gguf package does not know: transformers will say
+                block, type_size = GGML_QUANT_SIZES[ttype]
+                need = max(need, offset + prod(dims) // block * type_size)
+        data_start = -(-pos // max(alignment, 1)) * max(alignment, 1)
+    except (struct.error, ValueError, OverflowError):
+        raise bad("is truncated or damaged (its header ends early)") from None
+    finally:
+        buf.close()
+    if data_start + need > size:
+        raise bad(f"is truncated: its tensors need {data_start + need:,} bytes but it has {size:,}")
 
 
 def _dequantised(gguf_path: Path, dtype: torch.dtype) -> Path | None:

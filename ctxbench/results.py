@@ -6,6 +6,14 @@ seed). Its rows — one per doc or trial and metric, plus the aggregates — are
 so a cell is either wholly in the file or not at all. Every write goes to a temporary file in
 the same directory that is fsynced and renamed over the target: a killed run leaves a valid CSV
 holding every cell it finished.
+
+Any number of processes, on one machine or on several sharing a filesystem, may fill the same
+CSV without losing a finished cell. Each cell is saved under an exclusive lock on the file
+``.NAME.lock`` beside ``NAME`` (the ``filelock`` package: ``flock``, which NFS clients forward to
+the server): re-read the file if another writer replaced it since we last saw it, replace that
+cell's rows and keep all others, write the temp file, fsync, rename. The lock file holds no data
+and is left in place (removing a lock file races with waiters); delete it only when no ctxbench
+is running. Readers need no lock: a rename swaps whole files.
 """
 
 from __future__ import annotations
@@ -13,9 +21,13 @@ from __future__ import annotations
 import csv
 import io
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from .errors import UserError
 
@@ -106,7 +118,8 @@ def _norm(value) -> str:
 def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, str]]:
     """Rows of a ctxbench CSV as dicts of strings, after checking it is one.
 
-    Raises :class:`UserError` for a missing file, a CSV from another tool, or a truncated one.
+    Raises :class:`UserError` for a missing file, a CSV from another tool, or a truncated or
+    damaged one (naming the line).
     """
     path = Path(path)
     if not path.exists():
@@ -115,7 +128,12 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
         return []
     if path.is_dir():
         raise UserError(f"'{path}' is a directory, not a results CSV", "give the path of a .csv file")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    return _parse(path, path.read_bytes())[1]
+
+
+def _parse(path: Path, data: bytes) -> tuple[list[str], list[dict[str, str]]]:
+    """(header, records) of a whole file's bytes."""
+    text = data.decode("utf-8", errors="replace")
     if not text.strip():
         raise UserError(f"results file '{path}' is empty", "delete it or point at a CSV written by ctxbench")
     reader = csv.reader(io.StringIO(text))
@@ -126,21 +144,26 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
             f"'{path}' is not a ctxbench results CSV (missing columns: {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''})",
             "give a CSV written by ctxbench ppl/passkey/sweep",
         )
+    return header, _parse_rows(path, reader, header, text, line_offset=0)
+
+
+def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: int) -> list[dict[str, str]]:
     records = []
-    for lineno, values in enumerate(reader, start=2):
+    for values in reader:
         if not values:
             continue
         if len(values) != len(header):
+            line = reader.line_num + line_offset
             raise UserError(
-                f"'{path}' line {lineno} has {len(values)} fields, expected {len(header)}: the file is truncated or damaged",
-                "re-run the sweep (finished cells are kept) or restore the file",
+                f"'{path}' line {line} has {len(values)} fields, expected {len(header)}: the file is truncated or damaged",
+                f"delete line {line} and the other rows of its cell (resuming re-runs that cell), or restore the file",
             )
         record = dict(zip(header, values, strict=True))
         if "label" not in record:
             record["label"] = derived_label(record["method"], record["method_params"])
         record.setdefault("variant", "")
         records.append(record)
-    if not text.endswith("\n"):
+    if text and not text.endswith("\n"):
         raise UserError(f"'{path}' does not end with a newline: the file is truncated", "restore or regenerate it")
     return records
 
@@ -165,23 +188,63 @@ def derived_label(method: str, params_json: str) -> str:
     return default_label(method, shown, defaults)
 
 
+def _serialize(records: Iterable[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    for record in records:
+        writer.writerow({c: _fmt(record.get(c, "")) for c in COLUMNS})
+    return buf.getvalue()
+
+
+HEADER = _serialize([dict(zip(COLUMNS, COLUMNS, strict=True))]).encode()
+
+
+def lock_path(path: str | Path) -> Path:
+    """The lock file every writer of ``path`` takes: ``.NAME.lock`` beside it."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"
+
+
+LOCK_TIMEOUT = 600.0  # seconds; a writer holds the lock for one re-read and one write
+
+
+@contextmanager
+def _locked(path: Path, lock: FileLock | None = None) -> Iterator[None]:
+    lock = lock or FileLock(str(lock_path(path)), timeout=LOCK_TIMEOUT)
+    try:
+        with lock:
+            yield
+    except Timeout:
+        raise UserError(
+            f"waited {LOCK_TIMEOUT:.0f} s for the lock on '{path}' ({lock_path(path)})",
+            "another ctxbench writing to this file seems hung: stop it, or choose another --out",
+        ) from None
+
+
 def write_records(path: str | Path, records: Iterable[dict]) -> None:
-    """Write rows atomically: temp file in the same directory, fsync, rename."""
+    """Write rows atomically (temp file in the same directory, fsync, rename) under the file's lock."""
     path = Path(path)
     check_writable(path)
+    with _locked(path):
+        _atomic_write(path, HEADER + _serialize(records).encode()).close()
+
+
+def _atomic_write(path: Path, data: bytes):
+    """Replace ``path`` by ``data`` via a fsynced temp file; returns the temp file, still open (its
+    inode is now ``path``'s). Call with the lock held: any other temp file is a dead writer's."""
+    _remove_stale_temps(path)
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    f = tmp.open("w+b")
     try:
-        with tmp.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
-            writer.writeheader()
-            for record in records:
-                writer.writerow({c: _fmt(record.get(c, "")) for c in COLUMNS})
-            f.flush()
-            os.fsync(f.fileno())
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
         os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    except BaseException:
+        f.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return f
 
 
 def check_writable(path: str | Path) -> None:
@@ -197,36 +260,144 @@ def check_writable(path: str | Path) -> None:
 
 
 def _remove_stale_temps(path: Path) -> None:
-    """Temp files left by a killed writer (``.NAME.PID.tmp`` whose process is gone)."""
+    """Temp files (``.NAME.*.tmp``) left by a killed writer. Only called with the lock held, when
+    no live writer can have one open, so this holds across machines sharing the directory."""
     for tmp in path.parent.glob(f".{path.name}.*.tmp"):
-        try:
-            pid = int(tmp.name.rsplit(".", 2)[-2])
-            os.kill(pid, 0)
-        except (ValueError, ProcessLookupError):
-            tmp.unlink(missing_ok=True)
-        except PermissionError:
-            pass  # another user's live process
+        tmp.unlink(missing_ok=True)
+
+
+def _stamp(f) -> tuple[int, int, int, int]:
+    st = os.fstat(f.fileno())
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _row_tuple(record: dict) -> tuple[str, ...]:
+    return tuple(_fmt(record.get(c, "")) for c in COLUMNS)
 
 
 class ResultsFile:
-    """A results CSV being filled cell by cell; rows already in it are kept and their cells skipped."""
+    """A results CSV being filled cell by cell, possibly by several processes at once; rows already
+    in it are kept and their cells skipped.
+
+    The object keeps the version of the file it last read or wrote: its bytes, rows, and the file
+    itself held open, so ``(device, inode, size, mtime)`` of the path equal to the held file's means
+    "unchanged" (the held inode cannot be reused). ``add`` re-reads only when another writer
+    replaced the file, and then only the rows appended after the bytes it knows when they are a
+    prefix. ``resume=False`` drops the rows that were in the file when the object was made, at the
+    first write; rows other writers add after that are kept.
+    """
 
     def __init__(self, path: str | Path, resume: bool = True) -> None:
         self.path = Path(path)
         check_writable(self.path)
-        _remove_stale_temps(self.path)
-        existing = read_records(self.path, must_exist=False) if self.path.exists() else []
-        self.records: list[dict] = existing if resume else []
-        self.replace_on_first_write = not resume and self.path.exists()
+        self._lock = FileLock(str(lock_path(self.path)), timeout=LOCK_TIMEOUT)
+        self._mutex = threading.RLock()
+        self._held = None  # the version of the file we know, kept open
+        self._stamp: tuple | None = None  # its stamp; None: no file
+        self._blob: bytes | None = b""  # its bytes, if its header is HEADER (else: rebuild on write)
+        self._lines = 0  # newline count of _blob
+        self._records: list[dict] = []
+        self._cells: set[tuple[str, ...]] = set()
+        self._initial: set[tuple[str, ...]] | None = None  # resume=False: rows to drop at first write
+        self._damaged: tuple | None = None  # resume=False: stamp of an unreadable file to replace
+        try:
+            self._refresh()  # no lock needed to read: a rename swaps whole files
+        except UserError:
+            if resume:
+                raise
+            self._damaged = self._stamp_of_path()
+        if not resume:
+            self._initial = {_row_tuple(r) for r in self._records}
+
+    @property
+    def records(self) -> list[dict]:
+        """Rows of the file now (without the ones a ``resume=False`` run will drop at its first write)."""
+        with self._mutex:
+            self._sync()
+            if not self._initial:
+                return list(self._records)
+            return [r for r in self._records if _row_tuple(r) not in self._initial]
 
     def done_cells(self) -> set[tuple[str, ...]]:
-        """Cells whose rows are all ``ok`` (failed cells run again on resume)."""
-        failed = {cell_key(r) for r in self.records if r.get("status") != "ok"}
-        return {cell_key(r) for r in self.records} - failed
+        """Cells whose rows are all ``ok`` (failed cells run again on resume), re-read if another
+        writer changed the file."""
+        with self._mutex:
+            records = self.records
+        failed = {cell_key(r) for r in records if r.get("status") != "ok"}
+        return {cell_key(r) for r in records} - failed
 
     def add(self, rows: Iterable[Row | dict]) -> None:
-        """Append one cell's rows (replacing an earlier failed attempt of the same cell) and save."""
-        new = [r.as_strings() if isinstance(r, Row) else dict(r) for r in rows]
+        """Save one cell's rows, replacing any earlier rows of the same cell, keeping every other row."""
+        new = [r.as_strings() if isinstance(r, Row) else {c: _fmt(v) for c, v in dict(r).items()} for r in rows]
         keys = {cell_key(r) for r in new}
-        self.records = [r for r in self.records if cell_key(r) not in keys] + new
-        write_records(self.path, self.records)
+        text = _serialize(new)
+        with self._mutex, _locked(self.path, self._lock):
+            self._sync()
+            self._damaged = None
+            if self._initial or self._blob is None or keys & self._cells:
+                drop = self._initial or set()
+                self._records = [r for r in self._records if cell_key(r) not in keys and _row_tuple(r) not in drop] + new
+                self._cells = {cell_key(r) for r in self._records}
+                body = _serialize(self._records)
+                blob = HEADER + body.encode()
+                self._lines = 1 + body.count("\n")
+            else:
+                self._records += new
+                self._cells |= keys
+                blob = (self._blob or HEADER) + text.encode()
+                self._lines = (self._lines or 1) + text.count("\n")
+            self._initial = None
+            self._hold(_atomic_write(self.path, blob), blob)
+
+    def _sync(self) -> None:
+        if self._damaged is not None and self._stamp_of_path() == self._damaged:
+            self._forget()  # starting afresh over a file we cannot read: it counts as empty
+        else:
+            self._refresh()
+
+    def _stamp_of_path(self) -> tuple | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _forget(self) -> None:
+        self._blob, self._lines, self._records, self._cells = b"", 0, [], set()
+
+    def _hold(self, f, blob: bytes | None) -> None:
+        if self._held is not None:
+            self._held.close()
+        self._held, self._stamp, self._blob = f, (_stamp(f) if f else None), blob
+
+    def _refresh(self) -> None:
+        """Bring the rows in memory up to the file's current version (cheap when unchanged)."""
+        try:
+            f = self.path.open("rb")
+        except FileNotFoundError:
+            if self._stamp is not None:  # deleted since: start from nothing
+                self._forget()
+                self._hold(None, b"")
+            return
+        stamp = _stamp(f)
+        if stamp == self._stamp:
+            f.close()
+            return
+        try:
+            data = f.read()
+            if self._blob and self._lines and len(data) > len(self._blob) and data.startswith(self._blob):
+                tail = data[len(self._blob):].decode("utf-8", errors="replace")  # rows appended by others
+                new = _parse_rows(self.path, csv.reader(io.StringIO(tail)), COLUMNS, tail, line_offset=self._lines)
+                self._records += new
+                self._cells |= {cell_key(r) for r in new}
+                self._lines += tail.count("\n")
+                blob = data
+            else:
+                header, self._records = _parse(self.path, data)
+                self._cells = {cell_key(r) for r in self._records}
+                blob = data if data.startswith(HEADER) and header == COLUMNS else None
+                self._lines = data.count(b"\n")
+        except BaseException:
+            f.close()
+            raise
+        self._hold(f, blob)

@@ -42,7 +42,35 @@ def workdir(tmp_path, tiny_model_dir):
     (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_head": 2, "n_layer": 1, "vocab_size": 10, "bos_token_id": 0, "eos_token_id": 0}))
     (tmp_path / "short.txt").write_text("a document of a few dozen tokens, far shorter than 1k")
     (tmp_path / "tiny").symlink_to(tiny_model_dir, target_is_directory=True)
+    # many-writers / corrupt-input cases (issue 15)
+    rows = [",".join(GOOD_ROW)] * 2
+    (tmp_path / "damaged.csv").write_text("\n".join([header, rows[0], ",".join(GOOD_ROW[:9]), rows[1]]) + "\n")
+    (tmp_path / "broken.toml").write_text('model = "smollm2-135m"\n[ppl\nfactors = [2]\n')
+    (tmp_path / "garbage.gguf").write_bytes(b"<html>404 Not Found</html>\n" * 40)
+    (tmp_path / "truncated.gguf").write_bytes(_gguf_bytes()[:-100])
+    noweights = tmp_path / "noweights"
+    noweights.mkdir()
+    (noweights / "config.json").write_bytes((tiny_model_dir / "config.json").read_bytes())
     return tmp_path
+
+
+def _gguf_bytes() -> bytes:
+    """A small valid GGUF file (one 32x32 float tensor) written by the gguf package."""
+    import tempfile
+
+    import numpy as np
+    from gguf import GGUFWriter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.gguf")
+        writer = GGUFWriter(path, "llama")
+        writer.add_tensor("token_embd.weight", np.ones((32, 32), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        with open(path, "rb") as f:
+            return f.read()
 
 
 OUT = ["--out", "results.csv"]
@@ -81,6 +109,13 @@ CASES = [
     ("compare a truncated CSV", ["compare", "results.csv", "truncated.csv"], "truncated"),
     ("compare a foreign CSV", ["compare", "results.csv", "foreign.csv"], "not a ctxbench results CSV"),
     ("report on a missing file", ["report", "missing.csv"], "not found"),
+    ("compare a CSV with a damaged row", ["compare", "results.csv", "damaged.csv"], "line 3 has 9 fields"),
+    ("report on a CSV with a damaged row", ["report", "damaged.csv"], "delete line 3"),
+    ("suite with a TOML syntax error", ["sweep", "broken.toml", *OUT], "not valid TOML"),
+    ("garbage gguf file", ["ppl", "--model", "garbage.gguf", "--device", "cpu", *OUT], "is not a GGUF file"),
+    ("truncated gguf file", ["ppl", "--model", "truncated.gguf", "--device", "cpu", *OUT], "is truncated"),
+    ("freqs on a garbage gguf file", ["freqs", "--method", "ntk", "--model", "garbage.gguf"], "is not a GGUF file"),
+    ("model directory without weights", ["ppl", "--model", "noweights", "--device", "cpu", *OUT], "no weights"),
     ("documents shorter than every length", ["ppl", "--model", "tiny", "--dataset", "short.txt", "--len", "1k,2k", "--device", "cpu", *OUT],
      "shorter than every length"),
     ("passkey length below the fixed text", ["passkey", "--model", "tiny", "--len", "32", "--device", "cpu", *OUT], "shorter than the passkey prompt's fixed text"),
