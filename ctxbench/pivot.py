@@ -48,9 +48,10 @@ class Pivot:
 
     @property
     def title(self) -> str:
-        what = self.task + (f" {self.variant}" if self.variant else "")
+        what = self.task + (f" {self.variant}" if self.variant and self.variant != "default" else "")
+        what += "" if self.metric == self.task else f" {self.metric}"
         factor = f"factor {self.factor}" if self.factor else "any factor"
-        return f"{what} {self.metric} — {self.model}, {factor}"
+        return f"{what} — {self.model}, {factor}"
 
 
 def _num(text, default=None):
@@ -78,7 +79,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         metric, _ = headline_of(r["task"], tasks)
         key = (r["model"], r["task"], r.get("variant", ""), r.get("label") or r["method"], _fmt_factor(r["factor"]), int(float(r["length"])))
         if r["metric"] == metric:
-            groups.setdefault(key[:2] + key[2:], []).append(r)
+            groups.setdefault(key, []).append(r)
         elif r["metric"] in (metric + "_lo", metric + "_hi"):
             bounds.setdefault(key, {})[r["metric"][len(metric) + 1 :]] = _num(r["value"])
     if task:

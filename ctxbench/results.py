@@ -159,7 +159,7 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
                 f"delete line {line} and the other rows of its cell (resuming re-runs that cell), or restore the file",
             )
         record = dict(zip(header, values, strict=True))
-        if "label" not in record:
+        if not record.get("label"):
             record["label"] = derived_label(record["method"], record["method_params"])
         record.setdefault("variant", "")
         records.append(record)

@@ -223,7 +223,7 @@ def run_task(
     for c in full_grid:  # a scaling method on a model without RoPE, a length past a learned position table
         check_applicable(c.method, lm.geometry, c.length)
     params: dict[tuple, str] = {}  # (method, factor) -> JSON of every parameter after defaults
-    for c in grid:
+    for c in full_grid:
         if (c.method, c.factor) not in params:
             params[(c.method, c.factor)] = json.dumps(effective_params(c.method, lm.geometry, c.factor or 1.0), sort_keys=True)
     notes = list(ctx.notes)

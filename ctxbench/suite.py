@@ -103,7 +103,7 @@ def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
         raise _bad(path, "not a text file", "give a TOML suite such as tasks/quick.toml") from None
     tasks = registry() if tasks is None else tasks
     _check_keys(path, "the top level", data, TOP_KEYS | set(tasks))
-    names = [t for t in tasks if t in data]
+    names = [t for t in data if t in tasks]  # in the order of the file
     if not names:
         raise _bad(path, "no task section", f"add a section for one of the tasks: {', '.join(f'[{t}]' for t in tasks)}")
     methods = _methods(path, data.get("methods") or [{"name": "none"}])

@@ -11,7 +11,7 @@ from test_patching import relative_positions
 
 from ctxbench.errors import UserError
 from ctxbench.methods import effective_params, resolve
-from ctxbench.runner import run_task
+from conftest import run_settings
 from ctxbench.tasks import ppl
 
 
@@ -31,7 +31,7 @@ def test_default_parameters_follow_the_trained_length_and_factor(tiny_lm):
 
 def test_window_at_or_above_the_length_warns_that_the_method_is_a_no_op(tiny_lm, corpus_dir):
     settings = ppl.Settings(methods=[resolve("rerope", {"window": 100})], factors=[2.0], lengths=[64, 128], dataset=str(corpus_dir), docs=1)
-    notes = run_task(tiny_lm, "ppl", settings).notes
+    notes = run_settings(tiny_lm, "ppl", settings).notes
     assert any("window 100 >= length 64" in n and "equals plain RoPE" in n for n in notes)
     assert not any("length 128" in n for n in notes)
 

@@ -102,7 +102,7 @@ CASES = [
     ("unknown option", ["ppl", "--bogus", *OUT], "No such option"),
     ("theta without a base", ["freqs", "--method", "theta", "--head-dim", "64", "--base", "1e4", "--trained-len", "4k"], "needs a new base"),
     ("freqs without geometry", ["freqs", "--method", "ntk"], "needs a geometry"),
-    ("depth above one", ["passkey", "--depth", "1.5", *OUT], "1.5"),
+    ("depth above one", ["passkey", "--depths", "0.5,1.5", *OUT], "1.5"),
     ("zero trials", ["passkey", "--trials", "0", *OUT], "trials"),
     ("suite with a typo", ["sweep", "suite.toml", *OUT], "lenghts"),
     ("suite with an unknown task", ["sweep", "badtask.toml", *OUT], "perplexity"),

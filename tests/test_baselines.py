@@ -104,12 +104,12 @@ def test_freqs_on_a_model_without_rope_says_why():
 
 def test_a_baseline_runs_through_the_ppl_task(tokenizer, corpus_dir):
     from ctxbench.models import wrap
-    from ctxbench.runner import run_task
+    from conftest import run_settings
     from ctxbench.tasks import ppl
 
     lm = wrap(gpt2(), tokenizer, name="tiny-gpt2", digest="tiny-gpt2")
     settings = ppl.Settings(methods=[resolve("none"), resolve("native")], factors=[1.0], lengths=[32, TABLE], dataset=str(corpus_dir), docs=1)
-    records = run_task(lm, "ppl", settings).records
+    records = run_settings(lm, "ppl", settings).records
     ppls = {(r["method"], r["length"]): float(r["value"]) for r in records if r["metric"] == "ppl" and r["doc"] == "all"}
     assert set(ppls) == {(m, str(n)) for m in ("none", "native") for n in (32, TABLE)}
     assert ppls[("none", "32")] == ppls[("native", "32")]

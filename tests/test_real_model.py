@@ -9,7 +9,7 @@ import torch
 
 from ctxbench.methods import resolve
 from ctxbench.patching import applied
-from ctxbench.runner import run_task
+from conftest import run_settings
 from ctxbench.tasks import ppl
 
 pytestmark = pytest.mark.slow
@@ -49,7 +49,7 @@ def test_patched_default_model_matches_native_yarn_logits(real_lm):
 
 def test_default_model_perplexity_on_the_builtin_corpus_is_plausible(real_lm):
     settings = ppl.Settings(methods=[resolve("none")], factors=[1.0], lengths=[512], docs=1)
-    records = run_task(real_lm, "ppl", settings).records
+    records = run_settings(real_lm, "ppl", settings).records
     value = next(float(r["value"]) for r in records if r["doc"] == "all" and r["metric"] == "ppl")
     assert 1.5 < value < 30 and math.isfinite(value)  # Python source: low but not trivial perplexity
 
@@ -58,7 +58,7 @@ def test_default_model_finds_the_passkey_at_2k_with_plain_rope(real_lm):
     from ctxbench.tasks import passkey
 
     settings = passkey.Settings(methods=[resolve("none")], factors=[2.0], lengths=[2048], depths=passkey.parse_depths(3), trials=2)
-    records = run_task(real_lm, "passkey", settings).records
+    records = run_settings(real_lm, "passkey", settings).records
     trials = [r for r in records if r["metric"] == "correct"]
     assert len(trials) == 6
     assert all(r["value"] == "1" for r in trials), [(r["depth"], r["answer"]) for r in trials]

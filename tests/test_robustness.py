@@ -15,7 +15,7 @@ import transformers
 import ctxbench
 from ctxbench.methods import resolve
 from ctxbench.results import COLUMNS, ROW_KEY, read_records, row_key
-from ctxbench.runner import run_task
+from conftest import run_settings
 from ctxbench.tasks import ppl
 
 VOLATILE = {"run_id", "time", "seconds"}
@@ -35,14 +35,14 @@ def _stable(records):
 
 
 def test_same_command_same_seed_gives_identical_values(tiny_lm, corpus_dir, tmp_path):
-    first = run_task(tiny_lm, "ppl", _settings(corpus_dir), out=tmp_path / "a.csv", seed=7)
-    second = run_task(tiny_lm, "ppl", _settings(corpus_dir), out=tmp_path / "b.csv", seed=7)
+    first = run_settings(tiny_lm, "ppl", _settings(corpus_dir), out=tmp_path / "a.csv", seed=7)
+    second = run_settings(tiny_lm, "ppl", _settings(corpus_dir), out=tmp_path / "b.csv", seed=7)
     assert _stable(read_records(tmp_path / "a.csv")) == _stable(read_records(tmp_path / "b.csv"))
     assert len(first.records) == len(second.records) > 0
 
 
 def test_every_row_carries_full_provenance(tiny_lm, corpus_dir, tmp_path):
-    run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("yarn",)), out=tmp_path / "a.csv", seed=3)
+    run_settings(tiny_lm, "ppl", _settings(corpus_dir, methods=("yarn",)), out=tmp_path / "a.csv", seed=3)
     records = read_records(tmp_path / "a.csv")
     for r in records:
         assert list(r) == COLUMNS
@@ -54,7 +54,7 @@ def test_every_row_carries_full_provenance(tiny_lm, corpus_dir, tmp_path):
 
 
 def test_attention_method_rows_record_derived_defaults(tiny_lm, corpus_dir):
-    records = run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("self-extend",))).records
+    records = run_settings(tiny_lm, "ppl", _settings(corpus_dir, methods=("self-extend",))).records
     params = json.loads(records[0]["method_params"])
     assert params == {"window": 16, "group": 3}  # w = L/4, G = ceil((s*L - w)/(L - w)) = ceil(112/48)
 
@@ -90,31 +90,28 @@ def test_kill_9_mid_run_loses_and_duplicates_nothing(saved_model, corpus_dir, tm
     assert len(keys) == len(set(keys)), "a cell was written twice"
     assert all(kept[k] == v for k, v in ((row_key(r), r["value"]) for r in final) if k in kept)
     assert kept.keys() <= set(keys), "a finished cell was lost"
-    grid = 8 * 6 * 4
+    grid = 6 * 6 * 4 + 2 * 4  # none and dynamic-yarn ignore the factor: they run once per length
     assert len({tuple(r[c] for c in ROW_KEY[:-3]) for r in final}) == grid
     assert not list(tmp_path.glob(".out.csv.*.tmp"))
 
 
-def test_out_of_memory_cell_is_retried_then_recorded_and_the_sweep_goes_on(tiny_lm, corpus_dir, tmp_path, monkeypatch):
-    real = ppl.run_group
-    attempts = []
+def test_a_forward_that_cannot_fit_becomes_an_oom_row_and_the_grid_goes_on(tiny_lm, corpus_dir, tmp_path):
+    """An injected allocation failure: the model cannot hold a forward of more than 64 tokens."""
+    from ctxbench.scoring import decoder
 
-    def flaky(lm, ctx, group, settings):
-        for cell in group:
-            if cell.method.name == "yarn":
-                attempts.append(settings.chunk)
-                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        yield from real(lm, ctx, group, settings)
+    def no_room(module, args, kwargs):
+        if kwargs["input_ids"].shape[1] > 64:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(ppl, "run_group", flaky)
-    result = run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("none", "yarn", "ntk")), out=tmp_path / "a.csv")
+    handle = decoder(tiny_lm.model).register_forward_pre_hook(no_room, with_kwargs=True)
+    try:
+        result = run_settings(tiny_lm, "ppl", _settings(corpus_dir, methods=("none", "yarn", "ntk")), out=tmp_path / "a.csv")
+    finally:
+        handle.remove()
     records = read_records(tmp_path / "a.csv")
     failed = [r for r in records if r["status"] != "ok"]
-    assert {r["method"] for r in failed} == {"yarn"} and {r["status"] for r in failed} == {"oom"}
-    assert len(failed) == 2 and result.failed == 2  # one row per failed cell (two lengths)
-    assert attempts[0] == 1024 and min(attempts) < 1024  # retried with smaller chunks first
-    assert {r["method"] for r in records if r["status"] == "ok"} == {"none", "ntk"}
-    # a later run retries the failed cells only
-    monkeypatch.setattr(ppl, "run_group", real)
-    again = run_task(tiny_lm, "ppl", _settings(corpus_dir, methods=("none", "yarn", "ntk")), out=tmp_path / "a.csv")
-    assert again.ran == 2 and again.skipped == 4
+    assert {(r["method"], r["length"], r["status"]) for r in failed} == {(m, "100", "oom") for m in ("none", "yarn", "ntk")}
+    assert result.failed == 3 and result.ran == 3  # the 32-token cells, retried alone after their group failed
+    assert "out of memory" in json.loads(failed[0]["extra"])["error"]
+    again = run_settings(tiny_lm, "ppl", _settings(corpus_dir, methods=("none", "yarn", "ntk")), out=tmp_path / "a.csv")
+    assert again.ran == 3 and again.skipped == 3  # a later run retries the failed cells only

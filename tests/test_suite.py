@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -84,7 +85,8 @@ def test_a_parameter_grid_gives_distinct_methods_in_csv_report_and_compare(tmp_p
     labels = {r["label"] for r in read_records(out)}
     assert len(labels) == 4
     for fmt in ("table", "markdown", "csv"):
-        text = subprocess.run(["ctxbench", "report", str(out), "--format", fmt], capture_output=True, text=True, timeout=120).stdout
+        text = subprocess.run(["ctxbench", "report", str(out), "--format", fmt], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "COLUMNS": "250"}).stdout  # fmt: skip
         assert all(label in text for label in ("yarn(beta_fast=16)", "self-extend(group=2,window=16)", "self-extend(group=4,window=16)"))
     text = subprocess.run(["ctxbench", "compare", str(out), str(out), "--format", "markdown"], capture_output=True, text=True, timeout=120).stdout
     assert text.count("| ppl | self-extend(group=4,window=16) |") == 2
