@@ -29,13 +29,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from .errors import UserError, closest, unknown
 from .geometry import RopeGeometry
 from .parsing import parse_length
 
-FreqFn = Callable[..., tuple[torch.Tensor, float]]
+FreqFn = Callable[..., tuple["torch.Tensor", float]]
+
+
+class _LazyTorch:
+    """``torch``, imported on first use: listing methods or rejecting a bad name (``ctxbench
+    methods``, ``--method ntkk``) must answer in well under a second, and torch takes ~5 s."""
+
+    def __getattr__(self, name: str):
+        import torch as real
+
+        return getattr(real, name)
+
+
+torch = _LazyTorch()
 
 
 def _exponents(geom: RopeGeometry) -> torch.Tensor:

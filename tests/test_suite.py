@@ -89,7 +89,7 @@ def test_a_parameter_grid_gives_distinct_methods_in_csv_report_and_compare(tmp_p
                               env={**os.environ, "COLUMNS": "250"}).stdout  # fmt: skip
         assert all(label in text for label in ("yarn(beta_fast=16)", "self-extend(group=2,window=16)", "self-extend(group=4,window=16)"))
     text = subprocess.run(["ctxbench", "compare", str(out), str(out), "--format", "markdown"], capture_output=True, text=True, timeout=120).stdout
-    assert text.count("| ppl | self-extend(group=4,window=16) |") == 2
+    assert text.count("| ppl | self-extend(group=4,window=16) |") == 3  # two lengths and its effective length
 
 
 def test_two_entries_with_the_same_label_are_an_error_naming_both(tmp_path):
