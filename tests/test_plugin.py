@@ -1,0 +1,44 @@
+"""The example plug-in (examples/task-plugin) installs as a package, appears as a command, runs
+through the CLI, a suite, report and compare, and disappears when uninstalled."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PIP = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e"]
+
+
+@pytest.fixture
+def plugin():
+    subprocess.run([*PIP, str(ROOT / "examples" / "task-plugin")], check=True, capture_output=True)
+    yield
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "--quiet", "-y", "ctxbench-lastword"], check=True, capture_output=True)
+
+
+def _run(*args, **kw):
+    return subprocess.run(["ctxbench", *args], capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_installed_plugin_is_a_command_a_suite_section_and_is_reported_and_compared(plugin, saved_model, tmp_path):
+    assert "lastword" in _run("--help").stdout
+    out = tmp_path / "lw.csv"
+    proc = _run("lastword", "--model", str(saved_model), "--method", "none,yarn", "--len", "128,256", "--passages", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'model = "{saved_model}"\n[[methods]]\nname = "ntk"\n[lastword]\nfactors = [2]\nlengths = ["128"]\npassages = 1\n')
+    assert _run("sweep", str(suite), "--out", str(out)).returncode == 0
+    report = _run("report", str(out), "--format", "markdown").stdout
+    assert "lastword nll_tail" in report and "| ntk |" in report and "| yarn |" in report
+    assert _run("compare", str(out), str(out)).returncode == 0
+
+
+def test_uninstalled_plugin_is_gone(plugin):
+    assert "lastword" in _run("--help").stdout
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "--quiet", "-y", "ctxbench-lastword"], check=True, capture_output=True)
+    assert "lastword" not in _run("--help").stdout
+    subprocess.run([*PIP, str(ROOT / "examples" / "task-plugin")], check=True, capture_output=True)  # for the fixture's teardown
