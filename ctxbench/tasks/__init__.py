@@ -18,7 +18,13 @@ def registry() -> dict[str, Task]:
     """Every installed task by name, in entry-point order (built-ins first)."""
     tasks: dict[str, Task] = {}
     for ep in sorted(entry_points(group=GROUP), key=lambda e: (not e.value.startswith("ctxbench."), e.name)):
-        task = ep.load()
+        try:
+            task = ep.load()
+        except Exception as exc:  # a broken plug-in must not take the built-in tasks down with it
+            import sys
+
+            print(f"warning: task plug-in '{ep.name}' ({ep.value}) failed to load: {exc}", file=sys.stderr)
+            continue
         if not isinstance(task, Task):
             raise UserError(f"entry point '{ep.name} = {ep.value}' in {GROUP} is not a ctxbench Task",
                             "point it at a module attribute TASK = ctxbench.tasks.base.Task(...)")  # fmt: skip
