@@ -17,7 +17,7 @@ query scaling, as ReRoPE's author always used it: ``rerope+logn``, ``ntk+rerope+
 ``native`` is the model as shipped: the config's own RoPE scaling, computed by transformers.
 Models without RoPE run only ``none`` and ``native`` (:func:`check_applicable`).
 
-Notation (DESIGN.md): rotary dim ``d``, base ``b``, trained context ``L``, factor ``s``, pair
+Notation (README "Methods"): rotary dim ``d``, base ``b``, trained context ``L``, factor ``s``, pair
 ``i = 0..d/2-1``, ``theta_i = b^(-2i/d)``, wavelength ``lambda_i = 2*pi/theta_i``, current length ``l``.
 """
 

@@ -1,6 +1,6 @@
 """Tidy result rows and the CSV file that holds them: atomic, resumable, schema-checked.
 
-One row per measured value (DESIGN.md "Result rows"). A *cell* is the unit of work that is
+One row per measured value (README "Results"). A *cell* is the unit of work that is
 resumed: (model digest, data digest, task, method, method params, factor, length, stride, depth,
 seed). Its rows — one per doc or trial and metric, plus the aggregates — are written together,
 so a cell is either wholly in the file or not at all. Every write goes to a temporary file in

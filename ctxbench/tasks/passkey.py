@@ -1,4 +1,4 @@
-"""Passkey retrieval (DESIGN.md "Tasks: protocols"; the landmark-attention prompt used by the
+"""Passkey retrieval (the landmark-attention prompt used by the
 YaRN and LongRoPE evaluations).
 
 Prompt, lines joined by newlines: the instruction, filler sentences, the needle line
