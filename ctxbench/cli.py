@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -42,7 +41,7 @@ def _task_command(task) -> None:
     """Register ``ctxbench NAME`` for a task: the shared options plus the task's own."""
     P = inspect.Parameter
 
-    def opt(name, default, *flags, help, annotation=Optional[str], **kw):  # noqa: A002
+    def opt(name, default, *flags, help, annotation=str | None, **kw):  # noqa: A002
         return P(name, P.KEYWORD_ONLY, default=typer.Option(default, *flags, help=help, **kw), annotation=annotation)
 
     params = [
@@ -51,12 +50,12 @@ def _task_command(task) -> None:
         P("factor", P.KEYWORD_ONLY, default=FACTOR, annotation=str),
         opt("length", None, "--len", "-l", help="comma list of lengths in tokens (16k = 16384); default: "
             + ("L/2, L, 2L, 4L" if len(task.default_lengths(8)) == 4 else "L/2, L, 2L") + " of the model's trained length L"),
-        P("param", P.KEYWORD_ONLY, default=PARAM, annotation=Optional[list[str]]),
+        P("param", P.KEYWORD_ONLY, default=PARAM, annotation=list[str] | None),
     ]
     for option in task.options:
         if option.is_flag:
             params.append(opt(option.name, None, f"{option.cli_flag}/--no-{option.cli_flag[2:]}", help=option.help,
-                              annotation=Optional[bool]))  # fmt: skip
+                              annotation=bool | None))  # fmt: skip
         else:
             params.append(opt(option.name, None, option.cli_flag, help=option.help, metavar=option.metavar))
     params += [
@@ -69,8 +68,8 @@ def _task_command(task) -> None:
         P("dtype", P.KEYWORD_ONLY, default=DTYPE, annotation=str),
         P("attn", P.KEYWORD_ONLY, default=ATTN, annotation=str),
         P("trust_remote_code", P.KEYWORD_ONLY, default=TRUST, annotation=bool),
-        P("device_map", P.KEYWORD_ONLY, default=DEVICE_MAP, annotation=Optional[str]),
-        P("quantization", P.KEYWORD_ONLY, default=QUANT, annotation=Optional[str]),
+        P("device_map", P.KEYWORD_ONLY, default=DEVICE_MAP, annotation=str | None),
+        P("quantization", P.KEYWORD_ONLY, default=QUANT, annotation=str | None),
     ]
 
     def command(**values) -> None:
@@ -237,7 +236,8 @@ def compare(
 ) -> None:
     """Per-cell change between two results files; exit 1 if anything got worse beyond noise."""
     from .compare import compare as run_compare
-    from .compare import failed, fmt as show, pct, to_markdown
+    from .compare import failed, pct, to_markdown
+    from .compare import fmt as show
 
     if fmt not in ("table", "markdown"):
         raise UserError(f"unknown --format '{fmt}'", "use table or markdown")

@@ -129,8 +129,8 @@ def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
         for option in task.options:  # parsed one by one so an error names its key
             if option.name in options and option.parse:
                 _value(path, where, option.name, option.parse, options[option.name])
-        settings = _value(path, where, "settings", lambda _: build_settings(
-            task, chosen, section.get("factors", [1]), section.get("lengths"), options), None)  # fmt: skip
+        args = (task, chosen, section.get("factors", [1]), section.get("lengths"), options)
+        settings = _value(path, where, "settings", lambda a: build_settings(*a), args)
         jobs.append(Job(task, settings))
     return Suite(
         path=path, model=str(data.get("model", DEFAULT_MODEL)), device=str(data.get("device", "auto")),

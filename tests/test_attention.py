@@ -7,11 +7,11 @@ matrix, both attention paths, generation with a KV cache) is tested in ``test_pa
 from __future__ import annotations
 
 import pytest
+from conftest import run_settings
 from test_patching import relative_positions
 
 from ctxbench.errors import UserError
 from ctxbench.methods import effective_params, resolve
-from conftest import run_settings
 from ctxbench.tasks import ppl
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-
-import json
 
 from conftest import run_settings
 

@@ -7,7 +7,6 @@ import json
 
 import pytest
 import torch
-
 from conftest import run_settings
 
 from ctxbench.decoding import decode_shared, greedy, plan

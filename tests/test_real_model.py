@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
+from conftest import run_settings
 
 from ctxbench.methods import resolve
 from ctxbench.patching import applied
-from conftest import run_settings
 from ctxbench.tasks import ppl
 
 pytestmark = pytest.mark.slow

@@ -11,11 +11,11 @@ import time
 import pytest
 import torch
 import transformers
+from conftest import run_settings
 
 import ctxbench
 from ctxbench.methods import resolve
 from ctxbench.results import COLUMNS, ROW_KEY, read_records, row_key
-from conftest import run_settings
 from ctxbench.tasks import ppl
 
 VOLATILE = {"run_id", "time", "seconds"}

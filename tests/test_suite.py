@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from ctxbench.errors import UserError
-from ctxbench.results import read_records, row_key
 from ctxbench.plan import plan_table
+from ctxbench.results import read_records, row_key
 from ctxbench.suite import load_suite
 
 GOOD = """
@@ -78,7 +78,7 @@ def test_list_parameters_expand_to_labelled_entries(tmp_path, corpus_dir):
 
 
 def test_a_parameter_grid_gives_distinct_methods_in_csv_report_and_compare(tmp_path, corpus_dir, saved_model):
-    path = _write(tmp_path, 'model = "{}"\n'.format(saved_model) + GRID.format(corpus=corpus_dir))
+    path = _write(tmp_path, f'model = "{saved_model}"\n' + GRID.format(corpus=corpus_dir))
     out = tmp_path / "grid.csv"
     proc = subprocess.run(["ctxbench", "sweep", str(path), "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -54,7 +54,7 @@ class Settings:
     max_new_tokens: int = 10
 
 
-def _depths_option(value) -> tuple[float, ...]:
+def parse_depths_option(value) -> tuple[float, ...]:
     """``--depths 5`` (N evenly spaced) or ``--depths 0.1,0.5`` (a list; also a TOML list)."""
     if isinstance(value, (list, tuple)):
         return tuple(parse_depths(None, ",".join(map(str, value))))
@@ -65,7 +65,7 @@ def _depths_option(value) -> tuple[float, ...]:
 
 
 OPTIONS = (
-    Option("depths", "N evenly spaced depths in [0, 1] (e.g. 5), or a comma list of depths (0.1,0.5,0.9); default 5", _depths_option),
+    Option("depths", "N evenly spaced depths in [0, 1] (e.g. 5), or a comma list of depths (0.1,0.5,0.9); default 5", parse_depths_option),
     Option("trials", "trials (random keys) per length and depth (default 4)", lambda v: parse_positive_int(v, "--trials")),
     Option("digits", "digits of the pass key (default 5)", lambda v: _digits(v)),
     Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True),
@@ -265,7 +265,8 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
         for f in factors_for(m, settings.factors):
             forwards = tuple(lengths) + tuple(max(1, int(n * (1 - d))) for n in lengths for d in settings.depths for _ in range(settings.trials))
             steps = len(lengths) * len(settings.depths) * settings.trials * settings.max_new_tokens
-            items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps))
+            items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps,
+                                  what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     return items
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..errors import UserError, unknown
 from .base import Cell, Context, CostItem, Measurement, Option, Task
 from .common import accuracy_rows, factors_for, parse_bool, parse_positive_int
+from .passkey import parse_depths_option
 
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -60,17 +61,6 @@ def _variants_parser(family: str, names: tuple[str, ...]):
     return parse
 
 
-def _depths(value) -> tuple[float, ...]:
-    from .passkey import parse_depths
-
-    if isinstance(value, (list, tuple)):
-        return tuple(parse_depths(None, ",".join(map(str, value))))
-    text = str(value).strip()
-    if "," in text or "." in text:
-        return tuple(parse_depths(None, text))
-    return tuple(parse_depths(parse_positive_int(text, "--depths"), None))
-
-
 def _haystack(value) -> str:
     from pathlib import Path
 
@@ -90,7 +80,7 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
         options.append(Option("variants", f"comma list of variants ({', '.join(variants)}) or all; default {','.join(default_variants)}",
                               _variants_parser(name, variants), flag="--variant"))  # fmt: skip
     if has_depth:
-        options.append(Option("depths", "N evenly spaced needle depths in [0, 1], or a comma list (default 0.1,0.3,0.5,0.7,0.9)", _depths))
+        options.append(Option("depths", "N evenly spaced needle depths in [0, 1], or a comma list (default 0.1,0.3,0.5,0.7,0.9)", parse_depths_option))
     options.append(Option("trials", "trials (random needles) per cell (default 4)", lambda v: parse_positive_int(v, "--trials")))
     options.append(Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True))
     if has_haystack:
@@ -165,7 +155,8 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
             for f in factors_for(m, settings.factors):
                 forwards = tuple(lengths) + tuple(max(1, int(n * (1 - d))) for n in lengths for d in depths for _ in range(settings.trials))
                 items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards,
-                                      decode_steps=len(lengths) * len(depths) * settings.trials * steps, what=m.label))  # fmt: skip
+                                      decode_steps=len(lengths) * len(depths) * settings.trials * steps,
+                                      what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     return items
 
 
