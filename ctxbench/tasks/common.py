@@ -57,3 +57,28 @@ def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> 
         Measurement("accuracy_lo", lo, extra={"interval": "95% Wilson"}, **agg),
         Measurement("accuracy_hi", hi, extra={"interval": "95% Wilson"}, **agg),
     ]
+
+
+def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int):
+    """Greedy answers of every cell's trial prompts (``{cell: [prompt, ...]}``, prompts with
+    ``.ids``), all cells of one (method, factor, length) decoded together with their shared
+    prefixes computed once (:func:`ctxbench.decoding.decode_shared`). Yields ``(cell, [(prompt,
+    new_tokens, seconds), ...])`` in trial order as soon as all of a cell's trials are answered.
+    Dynamic methods see the longest prompt plus the new tokens as their length."""
+    from ..decoding import decode_shared
+    from ..patching import applied
+
+    first = next(iter(prompts_by_cell))
+    assert all((c.method, c.factor, c.length) == (first.method, first.factor, first.length) for c in prompts_by_cell)
+    owner = [(cell, t) for cell, prompts in prompts_by_cell.items() for t in range(len(prompts))]
+    flat = [prompts_by_cell[cell][t] for cell, t in owner]
+    seq_len = max(len(p.ids) for p in flat) + max_new_tokens
+    pending = {cell: len(prompts) for cell, prompts in prompts_by_cell.items()}
+    done: dict = {}
+    with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
+        for a in decode_shared(lm.model, [p.ids for p in flat], max_new_tokens, lm.tokenizer.eos_token_id):
+            cell, t = owner[a.index]
+            done[(cell, t)] = (flat[a.index], a.tokens, a.seconds)
+            pending[cell] -= 1
+            if pending[cell] == 0:
+                yield cell, [done[(cell, i)] for i in range(len(prompts_by_cell[cell]))]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import accuracy_rows, factors_for, parse_bool, parse_positive_int
+from .common import accuracy_rows, answer_cells, factors_for, parse_bool, parse_positive_int
 
 NAME = "passkey"
 INSTRUCTION = (
@@ -274,29 +274,14 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
     """The depths of one (method, factor, length): every trial's prompt, decoded with the shared
     instruction-and-filler stream computed once (:func:`ctxbench.decoding.decode_shared`); a
     cell is yielded as soon as all its trials are answered."""
-    from ..decoding import decode_shared
-    from ..patching import applied
-
     tok = lm.tokenizer
-    first = group[0]
-    assert all((c.method, c.factor, c.length) == (first.method, first.factor, first.length) for c in group)
-    prompts, owner = [], []
-    for cell in group:
-        for t in range(settings.trials):
-            key = draw_key(ctx.seed, cell.length, cell.depth, t, settings.digits)
-            prompts.append(build_prompt(tok, cell.length, cell.depth, key, settings.chat))
-            owner.append((cell, t))
-    # Dynamic methods see prompt plus new tokens; every prompt of a length has that many tokens.
-    seq_len = max(len(p.ids) for p in prompts) + settings.max_new_tokens
-    pending = {cell: settings.trials for cell in group}
-    answers: dict = {}
-    with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
-        for a in decode_shared(lm.model, [p.ids for p in prompts], settings.max_new_tokens, tok.eos_token_id):
-            cell, t = owner[a.index]
-            answers[(cell, t)] = (prompts[a.index], a.tokens, a.seconds)
-            pending[cell] -= 1
-            if pending[cell] == 0:
-                yield cell, _rows(tok, [answers[(cell, i)] for i in range(settings.trials)])
+    prompts = {
+        cell: [build_prompt(tok, cell.length, cell.depth, draw_key(ctx.seed, cell.length, cell.depth, t, settings.digits), settings.chat)
+               for t in range(settings.trials)]
+        for cell in group
+    }  # fmt: skip
+    for cell, answers in answer_cells(lm, prompts, settings.max_new_tokens):
+        yield cell, _rows(tok, answers)
 
 
 def _rows(tok, trials: list) -> list[Measurement]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..errors import UserError, unknown
 from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import accuracy_rows, factors_for, parse_bool, parse_positive_int
+from .common import accuracy_rows, answer_cells, factors_for, parse_bool, parse_positive_int
 from .passkey import parse_depths_option
 
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -161,38 +161,25 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
 
 
 def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
-    from ..decoding import decode_shared
-    from ..patching import applied
     from ..synthetic import build, score
 
     _, haystack = ctx.state
     tok = lm.tokenizer
-    first = group[0]
-    prompts, owner = [], []
-    for cell in group:
-        for t in range(settings.trials):
-            prompts.append(build(spec["name"], cell.variant, tok, cell.length, cell.depth, ctx.seed, t, settings.chat, haystack))
-            owner.append((cell, t))
-    new_tokens = max(p.max_new_tokens for p in prompts)
-    seq_len = max(len(p.ids) for p in prompts) + new_tokens  # what dynamic methods see
-    pending = {cell: settings.trials for cell in group}
-    done: dict = {}
-    with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
-        for a in decode_shared(lm.model, [p.ids for p in prompts], new_tokens, tok.eos_token_id):
-            cell, t = owner[a.index]
-            done[(cell, t)] = (prompts[a.index], a.tokens, a.seconds)
-            pending[cell] -= 1
-            if pending[cell] == 0:
-                rows = []
-                for trial in range(settings.trials):
-                    p, new, seconds = done[(cell, trial)]
-                    text = tok.decode(list(new), skip_special_tokens=True)
-                    value = score(p.metric, text, p.answers)
-                    rows.append(Measurement("score", value, trial=trial, answer=text.strip(), tokens=len(p.ids), seconds=round(seconds, 4),
-                                            extra={"answers": list(p.answers), "needle_pos": list(p.needle_positions), "metric": p.metric}))  # fmt: skip
-                total_seconds = sum(done[(cell, t)][2] for t in range(settings.trials))
-                yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), total_seconds,
-                                                 metric=prompts[0].metric)  # fmt: skip
+    prompts = {
+        cell: [build(spec["name"], cell.variant, tok, cell.length, cell.depth, ctx.seed, t, settings.chat, haystack)
+               for t in range(settings.trials)]
+        for cell in group
+    }  # fmt: skip
+    new_tokens = max(p.max_new_tokens for ps in prompts.values() for p in ps)
+    for cell, answers in answer_cells(lm, prompts, new_tokens):
+        rows = []
+        for trial, (p, new, seconds) in enumerate(answers):
+            text = tok.decode(list(new), skip_special_tokens=True)
+            rows.append(Measurement("score", score(p.metric, text, p.answers), trial=trial, answer=text.strip(), tokens=len(p.ids),
+                                    seconds=round(seconds, 4),
+                                    extra={"answers": list(p.answers), "needle_pos": list(p.needle_positions), "metric": p.metric}))  # fmt: skip
+        yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(s for _, _, s in answers),
+                                         metric=answers[0][0].metric)  # fmt: skip
 
 
 def plots(name, records, directory):
