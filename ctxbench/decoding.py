@@ -95,13 +95,19 @@ class Plan:
     shared: list[int]  # s_i per prompt
     groups: list[tuple[int, int, list[int]]]  # (s, group prefix end g >= s, prompt indices), by s
 
-    def fed_tokens(self, prompts: Sequence[Sequence[int]]) -> int:
-        """Tokens through the model before decoding: the stream up to the largest ``s``, each
-        group's shared part beyond it, and each prompt's own suffix."""
-        total = max(s for s, _, _ in self.groups)
+    def pieces(self, prompts: Sequence[Sequence[int]]) -> list[int]:
+        """Token counts of what goes through the model before decoding, per prompt: the stream's
+        extensions from one ``s`` to the next, each group's shared part beyond its ``s``, and each
+        prompt's own suffix (batched suffixes are one forward, counted here prompt by prompt)."""
+        out, done = [], 0
         for s, g, members in self.groups:
-            total += g - s + sum(len(prompts[i]) - g for i in members)
-        return total
+            out += [s - done, g - s] + [len(prompts[i]) - g for i in members]
+            done = s
+        return [n for n in out if n]
+
+    def fed_tokens(self, prompts: Sequence[Sequence[int]]) -> int:
+        """Tokens through the model before decoding."""
+        return sum(self.pieces(prompts))
 
 
 def plan(prompts: Sequence[Sequence[int]]) -> Plan:
