@@ -45,6 +45,18 @@ def _factor(r) -> str:
         return ""
 
 
+def _mark_trained(ax, trained: int, text: str) -> None:
+    ax.axvline(trained, color="grey", linestyle="--", linewidth=1)
+    ax.text(trained, ax.get_ylim()[1], f" {text}", va="top", ha="left", color="grey", fontsize=8)
+
+
+def _save(plt, fig, path: Path, paths: list[Path]) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    paths.append(path)
+
+
 def _ok(records, task, metric):
     return [r for r in records if r["task"] == task and r["metric"] == metric and r["status"] == "ok"]
 
@@ -91,18 +103,13 @@ def ppl_plots(records: list[dict], directory: Path) -> list[Path]:
         ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
         ax.yaxis.set_minor_locator(ticker.NullLocator())
         if trained:
-            ax.axvline(trained, color="grey", linestyle="--", linewidth=1)
-            ax.text(trained, ax.get_ylim()[1], f" trained {len_label(trained)}", va="top", ha="left", color="grey", fontsize=8)
+            _mark_trained(ax, trained, f"trained {len_label(trained)}")
         ax.set_xlabel("sequence length (tokens)")
         ax.set_ylabel("perplexity (log scale; band: 95% bootstrap)")
         ax.set_title(f"ppl vs length — {model}, factor {factor or 'any'}", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = directory / f"ppl-{_safe(model)}-x{factor or 'any'}.png"
-        fig.savefig(path)
-        plt.close(fig)
-        paths.append(path)
+        _save(plt, fig, directory / f"ppl-{_safe(model)}-x{factor or 'any'}.png", paths)
     paths += position_plots(records, directory)
     return paths
 
@@ -123,18 +130,13 @@ def position_plots(records: list[dict], directory: Path) -> list[Path]:
                 ax.plot(xs, [v for _, v in pts], label=label, linewidth=1.4)
                 trained = trained or _extra(mine[0]).get("trained_len")
             if trained and trained < length:
-                ax.axvline(trained, color="grey", linestyle="--", linewidth=1)
-                ax.text(trained, ax.get_ylim()[1], f" trained L = {len_label(trained)}", va="top", ha="left", color="grey", fontsize=8)
+                _mark_trained(ax, trained, f"trained L = {len_label(trained)}")
             ax.set_xlabel("target position (tokens; 512-token buckets)")
             ax.set_ylabel("mean NLL (nats)")
             ax.set_title(f"loss by position — {model}, {len_label(length)} tokens, factor {factor or 'any'}", fontsize=10)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
-            fig.tight_layout()
-            path = directory / f"nll-position-{_safe(model)}-{len_label(length)}-x{factor or 'any'}.png"
-            fig.savefig(path)
-            plt.close(fig)
-            paths.append(path)
+            _save(plt, fig, directory / f"nll-position-{_safe(model)}-{len_label(length)}-x{factor or 'any'}.png", paths)
     return paths
 
 
@@ -169,11 +171,7 @@ def depth_heatmaps(records: list[dict], directory: Path, task: str, metric: str 
             n = max(max(r) for r in counts)
             ax.set_title(f"{what}: {label}, factor {factor or 'any'} — {model} ({n} trials/cell)", fontsize=9)
             fig.colorbar(image, ax=ax, fraction=0.05, label="accuracy")
-            fig.tight_layout()
-            path = directory / f"{task}-{_safe(model)}-{_safe(variant) + '-' if variant else ''}{_safe(label)}-x{factor or 'any'}.png"
-            fig.savefig(path)
-            plt.close(fig)
-            paths.append(path)
+            _save(plt, fig, directory / f"{task}-{_safe(model)}-{_safe(variant) + '-' if variant else ''}{_safe(label)}-x{factor or 'any'}.png", paths)
     return paths
 
 
