@@ -102,7 +102,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         r = rows[-1]
         extra = _extra(r)
         b = bounds.get((model, t, variant, label, f, n), {})
-        cell = PivotCell(_num(r["value"], float("nan")), b.get("lo"), b.get("hi"), extra.get("trials") or _docs(rows, extra))
+        cell = PivotCell(_num(r["value"], float("nan")), b.get("lo"), b.get("hi"), extra.get("trials") or extra.get("docs"))
         for target in targets:
             p = tables.setdefault((model, t, variant, target), Pivot(model, t, variant, target, metric, higher, []))
             p.rows.setdefault(label, {})[n] = cell
@@ -122,10 +122,6 @@ def _extra(record: dict) -> dict:
         return json.loads(record.get("extra") or "{}")
     except ValueError:
         return {}
-
-
-def _docs(rows, extra) -> int | None:
-    return extra.get("docs")
 
 
 def _add_changes(p: Pivot, baseline: str) -> None:

@@ -138,9 +138,8 @@ def execute(
 
     with TokenProgress(show, lm.model) as progress:
         for i, job in enumerate(jobs):
-            cost = plan.jobs[i].tokens if i < len(plan.jobs) else 0
             part = run_task(lm, job, results, seed=seed, run_id=run_id, shard=(w.rank, w.size) if w.active else None,
-                            progress=progress, planned_tokens=cost)  # fmt: skip
+                            progress=progress, planned_tokens=plan.jobs[i].tokens)  # fmt: skip
             outcome.records += part.records
             outcome.ran, outcome.skipped, outcome.failed = outcome.ran + part.ran, outcome.skipped + part.skipped, outcome.failed + part.failed
             outcome.notes += [n for n in part.notes if n not in outcome.notes]
