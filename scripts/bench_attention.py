@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 
 from ctxbench import attention
-from ctxbench.api import resolve_methods
 from ctxbench.data import Tokenized, load_corpus
 from ctxbench.measure import Measured
 from ctxbench.models import DEFAULT_MODEL, load
 from ctxbench.parsing import parse_lengths
 from ctxbench.patching import applied
 from ctxbench.scoring import token_nll
+from ctxbench.settings import resolve_methods
 
 
 def main() -> None:

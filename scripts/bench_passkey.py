@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from ctxbench.api import build_settings
 from ctxbench.models import DEFAULT_MODEL, load
 from ctxbench.patching import applied
-from ctxbench.tasks import passkey
+from ctxbench.settings import build_settings
+from ctxbench.tasks import get, passkey
 
 
 def main() -> None:
@@ -34,7 +34,8 @@ def main() -> None:
     ap.add_argument("--depth", default=None, help="explicit comma list of depths, e.g. 0.5,0.75,1")
     ap.add_argument("--trials", type=int, default=4)
     args = ap.parse_args()
-    settings = build_settings("passkey", args.method, args.factor, args.length, depths=passkey.parse_depths(args.depths if args.depths or args.depth else 3, args.depth), trials=args.trials)
+    depths = passkey.parse_depths(args.depths if args.depths or args.depth else 3, args.depth)
+    settings = build_settings(get("passkey"), args.method, args.factor, args.length, {"depths": depths, "trials": args.trials})
     lm = load(args.model, device="cpu", dtype="float32")
     ctx = passkey.prepare(lm, settings)
     cells = passkey.cells(settings, ctx)
@@ -53,9 +54,9 @@ def main() -> None:
     tok = lm.tokenizer
     for cell in cells:
         for t in range(settings.trials):
-            key = passkey.draw_key(settings.seed, cell.length, cell.depth, t, settings.digits)
+            key = passkey.draw_key(ctx.seed, cell.length, cell.depth, t, settings.digits)
             ids = torch.tensor([passkey.build_prompt(tok, cell.length, cell.depth, key).ids])
-            with applied(lm.model, lm.geometry, cell.method, cell.factor, ids.shape[1] + 10), torch.no_grad():
+            with applied(lm.model, lm.geometry, cell.method, cell.factor or 1.0, ids.shape[1] + 10), torch.no_grad():
                 out = lm.model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=tok.eos_token_id)
             naive[(cell.length, cell.depth, t)] = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
     slow = time.perf_counter() - t0

@@ -18,11 +18,12 @@ import time
 
 import torch
 
-from ctxbench.api import build_settings
 from ctxbench.data import Tokenized, load_corpus
 from ctxbench.measure import Measured
 from ctxbench.models import DEFAULT_MODEL, load, locate
-from ctxbench.runner import run_task
+from ctxbench.runner import Job, MemoryResults, run_task
+from ctxbench.settings import build_settings
+from ctxbench.tasks import get
 
 
 def native_rope(method: str, factor: float, geom) -> dict:
@@ -78,13 +79,13 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=2)
     args = ap.parse_args()
     methods = args.method.split(",")
-    settings = build_settings("ppl", args.method, args.factor, args.length, docs=args.docs)
-    lengths = settings.lengths
+    settings = build_settings(get("ppl"), args.method, args.factor, args.length, {"docs": args.docs})
+    lengths = list(settings.lengths)
 
     t0 = time.perf_counter()
     lm = load(args.model, device="cpu", dtype="float32")
     load_seconds = time.perf_counter() - t0
-    result = run_task(lm, "ppl", settings)
+    result = run_task(lm, Job(get("ppl"), settings), MemoryResults())
     fast_seconds = time.perf_counter() - t0
     ours = {
         (r["method"], int(r["length"])): float(r["value"])
