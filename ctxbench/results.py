@@ -97,12 +97,19 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _field(record: dict, column: str):
+    """A key column's value; a row without a label has the label derived from its method."""
+    if column == "label" and not record.get("label"):
+        return derived_label(record.get("method", ""), record.get("method_params", ""))
+    return record.get(column, "")
+
+
 def cell_key(record: dict) -> tuple[str, ...]:
-    return tuple(_norm(record.get(c, "")) for c in CELL_KEY)
+    return tuple(_norm(_field(record, c)) for c in CELL_KEY)
 
 
 def row_key(record: dict) -> tuple[str, ...]:
-    return tuple(_norm(record.get(c, "")) for c in ROW_KEY)
+    return tuple(_norm(_field(record, c)) for c in ROW_KEY)
 
 
 def _norm(value) -> str:
