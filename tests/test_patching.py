@@ -156,11 +156,21 @@ def test_patched_model_matches_the_same_weights_loaded_with_native_rope_paramete
 
 @pytest.mark.parametrize("seq_len", [TRAINED // 2, N])
 def test_longrope_factors_from_the_model_config_match_native_below_and_above_L(seq_len, ids):
-    native = llama(native_rope("longrope", 8), max_pos=int(TRAINED * FACTOR))
+    rope = native_rope("longrope", 8)
+    native = llama(rope, max_pos=int(TRAINED * FACTOR))
+    # same weights and config (the factors are read from it), but its rotary module is plain RoPE:
+    # only ctxbench's patch can turn it into longrope
+    stripped = llama(rope, max_pos=int(TRAINED * FACTOR))
+    stripped.load_state_dict(native.state_dict())
+    plain = llama(max_pos=int(TRAINED * FACTOR))
+    for module, default in zip(rotary_modules(stripped), rotary_modules(plain)):
+        module.inv_freq, module.attention_scaling, module.rope_type = default.inv_freq.clone(), 1.0, "default"
     x = ids[:, :seq_len]
-    with applied(native, geometry(native), resolve("longrope"), FACTOR, seq_len):
-        ours = logits(native, x)
-    assert_close(ours, logits(native, x))
+    want = logits(native, x)
+    assert (logits(stripped, x) - want).abs().max() > 1e-2  # plain RoPE is not longrope
+    with applied(stripped, geometry(stripped), resolve("longrope"), FACTOR, seq_len):
+        ours = logits(stripped, x)
+    assert_close(ours, want)
 
 
 def test_longrope_factors_given_as_a_list_match_native(ids):
