@@ -135,7 +135,7 @@ def methods() -> None:
 
 @app.command()
 def freqs(
-    method: str = typer.Option(..., "--method", help="method name"),
+    method: str = typer.Option(..., "--method", help="comma list of methods, e.g. none,linear,ntk,yarn,llama3"),
     factor: str = typer.Option("1", "--factor", "-f", help="scale factor >= 1"),
     length: str | None = typer.Option(None, "--len", "-l", help="sequence length l for dynamic methods (default: factor x L)"),
     model: str | None = typer.Option(None, "--model", "-m", help="read the geometry from this model's config"),
@@ -143,47 +143,67 @@ def freqs(
     base: float | None = typer.Option(None, "--base", help="rope base b (without --model)"),
     trained_len: str | None = typer.Option(None, "--trained-len", help="trained context L (without --model)"),
     param: list[str] | None = PARAM,
-    fmt: str = typer.Option("table", "--format", help="table | csv"),
+    fmt: str = typer.Option("table", "--format", help="table | csv (long rows: one per method and pair)"),
+    plot: str | None = typer.Option(None, "--plot", help="also write a PNG overlaying every method's per-pair scale"),
+    x_axis: str = typer.Option("wavelength", "--x", help="plot x axis: wavelength | pair"),
     trust_remote_code: bool = TRUST,
 ) -> None:
-    """Per rotary pair: inverse frequency, wavelength and scale of a method."""
-    import math
-
+    """Per rotary pair: inverse frequency, wavelength and scale of one or more methods."""
+    from .freqplot import COLUMNS, freq_rows
     from .geometry import RopeGeometry
-    from .methods import frequencies, resolve
     from .parsing import parse_factor, parse_length, parse_params
 
     if fmt not in ("table", "csv"):
         raise UserError(f"unknown --format '{fmt}'", "use table or csv")
-    setting = resolve(method, parse_params(param))
+    if x_axis not in ("wavelength", "pair"):
+        raise UserError(f"unknown --x '{x_axis}'", "use wavelength or pair")
+    if plot and not plot.lower().endswith(".png"):
+        raise UserError(f"--plot '{plot}' is not a .png file name", "pass e.g. --plot freqs.png")
     s = parse_factor(factor)
     if model:
-        from .models import load_config
+        from .modelfiles import load_geometry
 
-        geom = RopeGeometry.from_config(load_config(model, trust_remote_code))
+        geom = load_geometry(model, trust_remote_code)
     else:
         if head_dim is None or base is None or trained_len is None:
             raise UserError("freqs needs a geometry", "pass --model M, or all of --head-dim D --base B --trained-len L")
         geom = RopeGeometry(head_dim=head_dim, rotary_dim=head_dim, base=base, trained_len=parse_length(trained_len))
     seq_len = parse_length(length) if length else int(round(s * geom.trained_len))
-    inv_freq, scale = frequencies(setting, geom, s, seq_len)
-    plain, _ = frequencies(resolve("none"), geom, 1.0, seq_len)
-    rows = [
-        (i, float(f), 2 * math.pi / float(f) if f > 0 else math.inf, float(p) / float(f) if f > 0 else math.inf)
-        for i, (f, p) in enumerate(zip(inv_freq.tolist(), plain.tolist(), strict=True))
-    ]
+    rows = freq_rows(method, geom, s, seq_len, parse_params(param))
+    if plot:
+        from .freqplot import plot_freqs
+
+        written = plot_freqs(rows, geom, s, plot, x=x_axis, title=model)
+        err.print(f"plot -> {written}", style="dim")
     if fmt == "csv":
-        sys.stdout.write("pair,inv_freq,wavelength,scale,attention_scale\n")
-        for i, f, wl, sc in rows:
-            sys.stdout.write(f"{i},{f!r},{wl!r},{sc!r},{scale!r}\n")
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()} for row in rows)
         return
     from rich.table import Table
 
-    table = Table(title=f"{setting.name} x{s:g} at l={seq_len}: d={geom.rotary_dim}, b={geom.base:g}, L={geom.trained_len}; attention_scale={scale:.6g}")
-    for col in ("pair", "inv_freq", "wavelength", "scale"):
-        table.add_column(col, justify="right")
-    for i, f, wl, sc in rows:
-        table.add_row(str(i), f"{f:.6e}", f"{wl:.1f}", f"{sc:.4f}")
+    labels = list(dict.fromkeys(r["method"] for r in rows))
+    attention = {r["method"]: r["attention_scale"] for r in rows}
+    head = f"x{s:g} at l={seq_len}: d={geom.rotary_dim}, b={geom.base:g}, L={geom.trained_len}"
+    if len(labels) == 1:
+        table = Table(title=f"{labels[0]} {head}; attention_scale={attention[labels[0]]:.6g}")
+        for col in ("pair", "inv_freq", "wavelength", "scale"):
+            table.add_column(col, justify="right")
+        for r in rows:
+            table.add_row(str(r["pair"]), f"{r['inv_freq']:.6e}", f"{r['scaled_wavelength']:.1f}", f"{r['scale']:.4f}")
+    else:  # one scale column per method: theta / theta' (1 = kept, s = interpolated)
+        table = Table(title=f"per-pair scale θ/θ′, {head}")
+        table.add_column("pair", justify="right")
+        table.add_column("wavelength", justify="right")
+        for label in labels:
+            table.add_column(label if attention[label] == 1 else f"{label}\nattn ×{attention[label]:.4g}", justify="right")
+        by_pair: dict[int, dict] = {}
+        for r in rows:
+            by_pair.setdefault(r["pair"], {"wavelength": r["wavelength"]})[r["method"]] = r["scale"]
+        for pair, values in by_pair.items():
+            table.add_row(str(pair), f"{values['wavelength']:.1f}", *(f"{values[label]:.4f}" for label in labels))
     console.print(table)
 
 

@@ -16,58 +16,46 @@ from pathlib import Path
 
 from .errors import UserError
 from .geometry import RopeGeometry
-from .methods import frequencies, none_freqs, resolve
+from .methods import frequencies, numpy_namespace, resolve
 
 COLUMNS = ("method", "pair", "inv_freq", "wavelength", "scaled_wavelength", "scale", "attention_scale")
 
 
-def _split_params(methods: list[str], params: dict | None) -> dict[str, dict]:
-    """Per-method parameters from ``params``.
-
-    A key that names one of ``methods`` maps to that method's own dict (``{"yarn": {"beta_fast": 16}}``);
-    any other key is a plain parameter given to every listed method that has it
-    (``{"beta_fast": 16}`` goes to yarn, not to linear). A plain key no listed method takes is an error.
-    """
-    params = dict(params or {})
-    own = {m: dict(params.pop(m)) for m in list(methods) if isinstance(params.get(m), dict)}
-    accepted = {m: set(resolve(m).param_dict) for m in methods}
-    for key in params:
-        if not any(key in keys for keys in accepted.values()):
-            raise UserError(
-                f"no method among {', '.join(methods)} takes parameter '{key}'",
-                "give per-method parameters as {METHOD: {KEY: VALUE}} or drop it",
-            )
-    return {m: {**{k: v for k, v in params.items() if k in accepted[m]}, **own.get(m, {})} for m in methods}
-
-
 def freq_rows(
-    methods: list[str],
+    methods: str | list[str],
     geometry: RopeGeometry,
     factor: float,
     seq_len: int | None = None,
     params: dict | None = None,
+    xp=None,
 ) -> list[dict]:
-    """Long rows, one per (method, pair): ``method, pair, inv_freq, wavelength, scaled_wavelength,
+    """Long rows, one per (method entry, pair): ``method, pair, inv_freq, wavelength, scaled_wavelength,
     scale, attention_scale``.
 
     ``wavelength`` is the pair's *original* wavelength ``2*pi/theta_i`` (the same for every method,
     so it can be an x axis); ``scaled_wavelength = 2*pi/inv_freq`` is the method's. ``scale`` is the
     original inverse frequency over the method's. ``seq_len`` only matters for dynamic methods and
-    defaults to ``factor * L`` (the length the factor is meant to reach).
+    defaults to ``factor * L`` (the length the factor is meant to reach). ``method`` is the entry's
+    label (``yarn(beta_fast=16)``), so two settings of one method stay apart. Computed with NumPy
+    unless ``xp`` names another array namespace: the same float32 operations, no torch import.
+    ``methods`` and ``params`` are read as ``--method`` and ``--param`` are: a comma list, and
+    parameters shared by the methods that take them or given per method (``{"yarn": {...}}``);
+    a list value is a grid.
     """
+    xp = xp or numpy_namespace()
     if seq_len is None:
         seq_len = max(1, round(factor * geometry.trained_len))
-    per_method = _split_params(methods, params)
-    original, _ = none_freqs(geometry, factor, seq_len)
-    original = original.double().tolist()
+    from .settings import resolve_methods
+
+    settings = resolve_methods(methods, params)  # a list value is a grid: one entry per setting
+    original = frequencies(resolve("none"), geometry, 1.0, seq_len, xp=xp)[0].tolist()
     rows = []
-    for spec in methods:
-        setting = resolve(spec, per_method[spec])
-        inv_freq, attention_scale = frequencies(setting, geometry, factor, seq_len)
-        for pair, (theta, new) in enumerate(zip(original, inv_freq.double().tolist(), strict=True)):
+    for setting in settings:
+        inv_freq, attention_scale = frequencies(setting, geometry, factor, seq_len, xp=xp)
+        for pair, (theta, new) in enumerate(zip(original, inv_freq.tolist(), strict=True)):
             rows.append(
                 {
-                    "method": setting.name,
+                    "method": setting.label,
                     "pair": pair,
                     "inv_freq": new,
                     "wavelength": 2 * math.pi / theta,

@@ -28,78 +28,83 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import UserError, closest, unknown
 from .geometry import RopeGeometry
 from .parsing import parse_length
 
-FreqFn = Callable[..., tuple["torch.Tensor", float]]
+Array = Any  # a float32 array of the namespace ``xp``: a torch tensor, or NumPy in ``ctxbench freqs``
+FreqFn = Callable[..., tuple["Array", float]]  # fn(geom, factor, seq_len, *, xp, **params)
 
 
-class _LazyTorch:
-    """``torch``, imported on first use: listing methods or rejecting a bad name (``ctxbench
-    methods``, ``--method ntkk``) must answer in well under a second, and torch takes ~5 s."""
+def torch_namespace():
+    """The array namespace of torch tensors (array-api-compat), imported on first use: listing
+    methods or rejecting a bad name must answer in well under a second, and torch takes ~2-5 s."""
+    import array_api_compat.torch as xp
 
-    def __getattr__(self, name: str):
-        import torch as real
-
-        return getattr(real, name)
+    return xp
 
 
-torch = _LazyTorch()
+def numpy_namespace():
+    """The array namespace of NumPy arrays: what ``ctxbench freqs`` computes with, so it answers
+    without importing torch. The same float32 operations, so the same values to float32 rounding."""
+    import array_api_compat.numpy as xp
+
+    return xp
 
 
-def _exponents(geom: RopeGeometry) -> torch.Tensor:
+def _exponents(geom: RopeGeometry, xp) -> Array:
     """``2i/d`` for each pair, float32, as transformers computes it."""
     d = geom.rotary_dim
-    return torch.arange(0, d, 2, dtype=torch.int64).float() / d
+    return xp.astype(xp.arange(0, d, 2, dtype=xp.int64), xp.float32) / d
 
 
-def _inv_freq(base: float, geom: RopeGeometry) -> torch.Tensor:
+def _inv_freq(base: float, geom: RopeGeometry, xp) -> Array:
     """``theta_i = base^(-2i/d)``, float32."""
-    return 1.0 / (base ** _exponents(geom))
+    return 1.0 / (base ** _exponents(geom, xp))
 
 
-def none_freqs(geom: RopeGeometry, factor: float, seq_len: int) -> tuple[torch.Tensor, float]:
+def none_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
     """Plain RoPE, extrapolated past ``L``: ``theta_i = b^(-2i/d)`` (Su et al., arXiv 2104.09864)."""
-    return _inv_freq(geom.base, geom), 1.0
+    return _inv_freq(geom.base, geom, xp), 1.0
 
 
-def linear_freqs(geom: RopeGeometry, factor: float, seq_len: int) -> tuple[torch.Tensor, float]:
+def linear_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
     """Position Interpolation: ``theta_i / s`` (Chen et al., arXiv 2306.15595)."""
-    inv_freq = _inv_freq(geom.base, geom)
+    inv_freq = _inv_freq(geom.base, geom, xp)
     inv_freq /= factor
     return inv_freq, 1.0
 
 
-def ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int) -> tuple[torch.Tensor, float]:
+def ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
     """NTK-aware scaling: base ``b * s^(d/(d-2))`` (bloc97, 2023; YaRN paper sec. 3.1)."""
     d = geom.rotary_dim
-    return _inv_freq(geom.base * factor ** (d / (d - 2)), geom), 1.0
+    return _inv_freq(geom.base * factor ** (d / (d - 2)), geom, xp), 1.0
 
 
-def dynamic_ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int) -> tuple[torch.Tensor, float]:
+def dynamic_ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
     """Dynamic NTK: base ``b * (s*l/L - (s-1))^(d/(d-2))`` when ``l > L``, else plain RoPE
     (emozilla, 2023; transformers' ``dynamic``)."""
     d, L = geom.rotary_dim, geom.trained_len
     if seq_len <= L:
-        return none_freqs(geom, factor, seq_len)
+        return none_freqs(geom, factor, seq_len, xp=xp)
     base = geom.base * ((factor * seq_len / L) - (factor - 1)) ** (d / (d - 2))
-    return _inv_freq(base, geom), 1.0
+    return _inv_freq(base, geom, xp), 1.0
 
 
 def ntk_by_parts_freqs(
-    geom: RopeGeometry, factor: float, seq_len: int, alpha: float = 1.0, beta: float = 32.0
-) -> tuple[torch.Tensor, float]:
+    geom: RopeGeometry, factor: float, seq_len: int, *, xp, alpha: float = 1.0, beta: float = 32.0
+) -> tuple[Array, float]:
     """NTK-by-parts (YaRN paper, arXiv 2309.00071, sec. 3.2):
     ``(1-g_i)*theta_i/s + g_i*theta_i`` with ``g_i = clamp((r_i-alpha)/(beta-alpha), 0, 1)``,
     ``r_i = L/lambda_i``: pairs that turn many times in ``L`` (high frequency) are kept,
     pairs that turn less than once are interpolated."""
     if not beta > alpha:
         raise UserError(f"ntk-by-parts needs beta > alpha (got alpha={alpha}, beta={beta})", "e.g. alpha=1 beta=32")
-    theta = _inv_freq(geom.base, geom)
+    theta = _inv_freq(geom.base, geom, xp)
     ratio = geom.trained_len * theta / (2 * math.pi)  # r_i = L / lambda_i
-    gamma = ((ratio - alpha) / (beta - alpha)).clamp(0, 1)
+    gamma = xp.clip((ratio - alpha) / (beta - alpha), 0, 1)
     return (1 - gamma) * theta / factor + gamma * theta, 1.0
 
 
@@ -111,12 +116,12 @@ def _yarn_mscale(scale: float) -> float:
 def yarn_freqs(
     geom: RopeGeometry,
     factor: float,
-    seq_len: int,
+    seq_len: int, *, xp,
     beta_fast: float = 32.0,
     beta_slow: float = 1.0,
     truncate: bool = True,
     attention_factor: float | None = None,
-) -> tuple[torch.Tensor, float]:
+) -> tuple[Array, float]:
     """YaRN (Peng et al., arXiv 2309.00071) as transformers computes it: NTK-by-parts whose ramp is
     linear in the pair index between the correction dims of ``beta_fast`` and ``beta_slow``
     rotations in ``L``, and attention scale ``0.1*ln(s) + 1``."""
@@ -131,8 +136,8 @@ def yarn_freqs(
     low, high = max(low, 0), min(high, d - 1)
     if low == high:
         high += 0.001  # avoid a zero-width ramp
-    ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-    pos_freqs = base ** (torch.arange(0, d, 2).to(dtype=torch.float) / d)
+    ramp = xp.clip((xp.arange(d // 2, dtype=xp.float32) - low) / (high - low), 0, 1)
+    pos_freqs = base ** (xp.astype(xp.arange(0, d, 2), xp.float32) / d)
     extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
     keep = 1 - ramp  # 1 for high-frequency pairs (extrapolated), 0 for low-frequency ones
     inv_freq = interpolation * (1 - keep) + extrapolation * keep
@@ -143,23 +148,23 @@ def yarn_freqs(
 def dynamic_yarn_freqs(
     geom: RopeGeometry,
     factor: float,
-    seq_len: int,
+    seq_len: int, *, xp,
     beta_fast: float = 32.0,
     beta_slow: float = 1.0,
-) -> tuple[torch.Tensor, float]:
+) -> tuple[Array, float]:
     """Dynamic YaRN (YaRN repo): ``yarn`` with ``s = max(1, l/L)`` for each sequence; the given
     factor is not used."""
     scale = max(1.0, seq_len / geom.trained_len)
-    return yarn_freqs(geom, scale, seq_len, beta_fast=beta_fast, beta_slow=beta_slow)
+    return yarn_freqs(geom, scale, seq_len, xp=xp, beta_fast=beta_fast, beta_slow=beta_slow)
 
 
 def llama3_freqs(
     geom: RopeGeometry,
     factor: float,
-    seq_len: int,
+    seq_len: int, *, xp,
     low_freq_factor: float = 1.0,
     high_freq_factor: float = 4.0,
-) -> tuple[torch.Tensor, float]:
+) -> tuple[Array, float]:
     """Llama 3.1 scaling (as transformers' ``llama3``): wavelengths above ``L/low_freq_factor`` are
     divided by ``s``, below ``L/high_freq_factor`` kept, smoothly blended in between."""
     if not high_freq_factor > low_freq_factor:
@@ -168,14 +173,14 @@ def llama3_freqs(
             "e.g. low_freq_factor=1 high_freq_factor=4",
         )
     L = geom.trained_len
-    inv_freq = _inv_freq(geom.base, geom)
+    inv_freq = _inv_freq(geom.base, geom, xp)
     low_freq_wavelen, high_freq_wavelen = L / low_freq_factor, L / high_freq_factor
     wavelen = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    scaled = xp.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
     smooth = (L / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
     smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
-    return torch.where(medium, smoothed, scaled), 1.0
+    medium = xp.logical_and(~(wavelen < high_freq_wavelen), ~(wavelen > low_freq_wavelen))
+    return xp.where(medium, smoothed, scaled), 1.0
 
 
 def _longrope_factors(geom: RopeGeometry, factors) -> tuple[list[float], list[float]]:
@@ -210,10 +215,10 @@ def _longrope_factors(geom: RopeGeometry, factors) -> tuple[list[float], list[fl
 def longrope_freqs(
     geom: RopeGeometry,
     factor: float,
-    seq_len: int,
+    seq_len: int, *, xp,
     factors: str | list | None = None,
     attention_factor: float | None = None,
-) -> tuple[torch.Tensor, float]:
+) -> tuple[Array, float]:
     """LongRoPE (Ding et al., arXiv 2402.13753): ``theta_i / lambda_i`` with searched per-pair
     factors (long ones when ``l > L``, short ones otherwise); attention scale
     ``sqrt(1 + ln(s)/ln(L))``."""
@@ -224,21 +229,21 @@ def longrope_freqs(
             f"longrope factors have {len(chosen)} entries but the model has {geom.pairs} rotary pairs",
             f"give exactly {geom.pairs} factors (one per pair, d/2)",
         )
-    ext = torch.tensor(chosen, dtype=torch.float32)
-    inv_freq = 1.0 / (ext * geom.base ** _exponents(geom))
+    ext = xp.asarray(chosen, dtype=xp.float32)
+    inv_freq = 1.0 / (ext * geom.base ** _exponents(geom, xp))
     if attention_factor is None:
         attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(geom.trained_len))
     return inv_freq, float(attention_factor)
 
 
-def theta_freqs(geom: RopeGeometry, factor: float, seq_len: int, theta: float | None = None) -> tuple[torch.Tensor, float]:
+def theta_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp, theta: float | None = None) -> tuple[Array, float]:
     """Adjusted base frequency (ABF; Code Llama, arXiv 2308.12950): base replaced by ``theta``."""
     if theta is None:
         raise UserError("method 'theta' needs a new base", "pass --param theta=1000000 (Code Llama used 1e6)")
     theta = float(theta)
     if theta <= 1:
         raise UserError(f"theta {theta} must be > 1", "pass e.g. --param theta=1000000")
-    return _inv_freq(theta, geom), 1.0
+    return _inv_freq(theta, geom, xp), 1.0
 
 
 class _RopeConfig:
@@ -265,14 +270,14 @@ def native_rope(geom: RopeGeometry) -> dict:
     return {**rope, "rope_type": rope_type}
 
 
-def native_freqs(geom: RopeGeometry, factor: float, seq_len: int) -> tuple[torch.Tensor, float]:
+def native_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
     """The model as shipped: the config's own RoPE scaling, computed by the installed transformers'
     ``ROPE_INIT_FUNCTIONS`` (linear, dynamic, yarn, longrope, llama3, and any other type it has) for
     a sequence of ``seq_len`` tokens, as the model's rotary module would; the given factor is not used."""
     rope = native_rope(geom)
     rope_type = rope["rope_type"]
     if rope_type == "default":
-        return none_freqs(geom, factor, seq_len)
+        return none_freqs(geom, factor, seq_len, xp=xp)
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     fn = ROPE_INIT_FUNCTIONS.get(rope_type)
@@ -282,7 +287,7 @@ def native_freqs(geom: RopeGeometry, factor: float, seq_len: int) -> tuple[torch
             f"it has: default, {', '.join(ROPE_INIT_FUNCTIONS)}; upgrade transformers or pick another method",
         )
     inv_freq, scale = fn(_RopeConfig(geom, rope), "cpu", seq_len=int(seq_len))
-    return inv_freq.float(), float(scale)
+    return xp.asarray(inv_freq.float().numpy()), float(scale)  # torch or NumPy, as asked
 
 
 @dataclass(frozen=True, eq=False)  # registry entries are singletons: identity equality and hash
@@ -519,9 +524,13 @@ def effective_params(setting: MethodSetting, geom: RopeGeometry, factor: float) 
 
 
 def frequencies(
-    setting: MethodSetting, geom: RopeGeometry, factor: float, seq_len: int
-) -> tuple[torch.Tensor, float]:
-    """``(inv_freq, attention_scale)`` of a resolved method for a sequence of ``seq_len`` tokens."""
+    setting: MethodSetting, geom: RopeGeometry, factor: float, seq_len: int, xp=None
+) -> tuple[Array, float]:
+    """``(inv_freq, attention_scale)`` of a resolved method for a sequence of ``seq_len`` tokens.
+
+    ``inv_freq`` is a float32 torch tensor, or an array of the namespace ``xp`` when given
+    (:func:`numpy_namespace`: the same values without importing torch)."""
+    xp = xp or torch_namespace()
     if factor < 1:
         raise UserError(f"bad factor {factor}: it must be >= 1", "use 1 for none, 2, 4, ...")
     check_applicable(setting, geom)
@@ -530,8 +539,8 @@ def frequencies(
             f"model type '{geom.model_type}' has no rotary position embedding (RoPE; it uses {geom.position} positions), "
             "so it has no rotary frequencies", "run its baselines with --method none or native",
         )
-    inv_freq, scale = setting.freq.fn(geom, float(factor), int(seq_len), **setting.freq_params())
-    return inv_freq.to(torch.float32), float(scale)
+    inv_freq, scale = setting.freq.fn(geom, float(factor), int(seq_len), xp=xp, **setting.freq_params())
+    return xp.astype(inv_freq, xp.float32), float(scale)
 
 
 BASELINES = ("none", "native")  # what applies to a model without RoPE

@@ -74,6 +74,8 @@ def _gguf_bytes() -> bytes:
 
 
 OUT = ["--out", "results.csv"]
+GEOMETRY = ["--head-dim", "64", "--base", "1e4", "--trained-len", "4k"]
+
 CASES = [
     # (name, argv, words the message must contain)
     ("length with a bad unit", ["ppl", "--len", "16q", *OUT], "bad length '16q'"),
@@ -118,6 +120,20 @@ CASES = [
     ("model directory without weights", ["ppl", "--model", "noweights", "--device", "cpu", *OUT], "no weights"),
     ("documents shorter than every length", ["ppl", "--model", "tiny", "--dataset", "short.txt", "--len", "1k,2k", "--device", "cpu", *OUT],
      "shorter than every length"),
+    ("empty item in a length list", ["ppl", "--len", "2k,,4k", *OUT], "empty item in length list '2k,,4k'"),
+    ("empty item in a method list", ["ppl", "--method", "none,,yarn", *OUT], "empty item"),
+    ("trailing comma", ["ppl", "--method", "none,yarn,", *OUT], "empty item"),
+    ("length given twice", ["ppl", "--len", "2k,2048", *OUT], "given twice"),
+    ("factor given twice", ["ppl", "--factor", "2,2.0", *OUT], "given twice"),
+    ("method given twice", ["ppl", "--method", "yarn,ntk,yarn", *OUT], "given twice"),
+    ("unknown RULER variant", ["niah", "--variant", "single1", *OUT], "did you mean 'single_1'"),
+    ("missing haystack file", ["niah", "--haystack", "nope.txt", *OUT], "not found"),
+    ("threshold above one", ["report", "results.csv", "--threshold", "1.5"], "threshold 1.5"),
+    ("threshold zero", ["compare", "results.csv", "results.csv", "--threshold", "0"], "threshold 0"),
+    ("freqs with an unknown x axis", ["freqs", "--method", "ntk", "--x", "freq", *GEOMETRY], "unknown --x 'freq'"),
+    ("freqs plot that is not a PNG", ["freqs", "--method", "ntk", "--plot", "f.jpg", *GEOMETRY], "not a .png"),
+    ("niah length too short for the needles", ["niah", "--model", "tiny", "--variant", "multikey_3", "--len", "64", "--device", "cpu", *OUT],
+     "too short"),
     ("passkey length below the fixed text", ["passkey", "--model", "tiny", "--len", "32", "--device", "cpu", *OUT], "shorter than the passkey prompt's fixed text"),
 ]
 

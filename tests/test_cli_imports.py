@@ -17,3 +17,12 @@ def test_importing_the_cli_pulls_in_no_torch_or_transformers():
 
 def test_resolving_a_method_and_parsing_values_needs_no_torch():
     assert _imported("from ctxbench.settings import resolve_methods\nresolve_methods('none,yarn', {'beta_fast': [16, 32]})") == set()
+
+
+def test_freqs_from_a_geometry_computes_without_torch():
+    code = (
+        "import sys\nfrom ctxbench.cli import main\nsys.argv = ['ctxbench', 'freqs', '--method', 'none,yarn,llama3', '--factor', '4',"
+        " '--head-dim', '64', '--base', '1e4', '--trained-len', '4k', '--format', 'csv']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass"
+    )
+    assert "torch" not in _imported(code)

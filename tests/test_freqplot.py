@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
+import os
+import subprocess
 
 import pytest
 
@@ -95,3 +99,74 @@ def test_plot_written(rows, tmp_path, x):
 def test_plot_bad_axis(rows, tmp_path):
     with pytest.raises(UserError):
         plot_freqs(rows, GEOM, S, tmp_path / "x.png", x="frequency")
+
+
+ALL_FREQUENCY_METHODS = [
+    ("none", {}), ("linear", {}), ("ntk", {}), ("dynamic-ntk", {}), ("ntk-by-parts", {}), ("yarn", {}),
+    ("dynamic-yarn", {}), ("llama3", {}), ("longrope", {"factors": [1.0 + 0.1 * i for i in range(32)]}),
+    ("theta", {"theta": 1e6}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("method,params", ALL_FREQUENCY_METHODS, ids=[m for m, _ in ALL_FREQUENCY_METHODS])
+@pytest.mark.parametrize("seq_len", [1024, 8192])
+def test_numpy_frequencies_equal_the_torch_ones_that_patch_the_model(method, params, seq_len):
+    from ctxbench.methods import frequencies, numpy_namespace, resolve
+
+    setting = resolve(method, params)
+    ours, our_scale = frequencies(setting, GEOM, S, seq_len, xp=numpy_namespace())
+    theirs, their_scale = frequencies(setting, GEOM, S, seq_len)  # torch: what the model is patched with
+    assert str(ours.dtype) == "float32" and our_scale == their_scale
+    assert ours.tolist() == pytest.approx(theirs.tolist(), rel=2.4e-7, abs=0)  # at most 2 float32 ulp apart
+
+
+def test_a_parameter_grid_gives_one_labelled_curve_per_setting():
+    rows = freq_rows("yarn", GEOM, S, params={"beta_fast": [16, 32]})
+    assert list(dict.fromkeys(r["method"] for r in rows)) == ["yarn(beta_fast=16)", "yarn"]
+    assert scales(rows, "yarn(beta_fast=16)") != scales(rows, "yarn")
+
+
+def _freqs(*argv):
+    return subprocess.run(["ctxbench", "freqs", *argv], capture_output=True, text=True, timeout=120)
+
+
+GEOMETRY_ARGS = ["--head-dim", "64", "--base", "1e4", "--trained-len", "2k", "--factor", "4"]
+
+
+def test_cli_csv_gives_long_rows_with_a_method_column_equal_to_freq_rows():
+    proc = _freqs("--method", ",".join(METHODS), *GEOMETRY_ARGS, "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    got = list(csv.DictReader(io.StringIO(proc.stdout)))
+    want = freq_rows(METHODS, GEOM, S)
+    assert [r["method"] for r in got] == [r["method"] for r in want]
+    assert [float(r["scale"]) for r in got] == [r["scale"] for r in want]  # full precision
+
+
+def test_cli_table_has_one_scale_column_per_method():
+    proc = subprocess.run(["ctxbench", "freqs", "--method", "none,linear,ntk", *GEOMETRY_ARGS], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.strip("│ ").startswith("0 "))
+    assert [cell.strip() for cell in row.strip("│").split("│")][2:] == ["1.0000", "4.0000", "1.0000"]
+
+
+def test_cli_plot_writes_a_png_and_keeps_stdout_clean(tmp_path):
+    path = tmp_path / "freqs.png"
+    proc = _freqs("--method", "none,yarn", *GEOMETRY_ARGS, "--format", "csv", "--plot", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert proc.stdout.splitlines()[0] == ",".join(COLUMNS)
+
+
+def test_model_geometry_is_read_once_and_cached_by_file(saved_model, tmp_path, monkeypatch):
+    from ctxbench import modelfiles
+
+    monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path / "cache"))
+    reads = []
+    real = modelfiles.load_config
+    monkeypatch.setattr(modelfiles, "load_config", lambda *a: reads.append(a) or real(*a))
+    first = modelfiles.load_geometry(str(saved_model))
+    assert modelfiles.load_geometry(str(saved_model)) == first and len(reads) == 1
+    config = saved_model / "config.json"
+    config.write_text(config.read_text().replace('"rope_theta": 10000.0', '"rope_theta": 20000.0'))
+    assert modelfiles.load_geometry(str(saved_model)).base != first.base and len(reads) == 2  # an edited file is read again
