@@ -163,7 +163,7 @@ def test_longrope_factors_from_the_model_config_match_native_below_and_above_L(s
     stripped = llama(rope, max_pos=int(TRAINED * FACTOR))
     stripped.load_state_dict(native.state_dict())
     plain = llama(max_pos=int(TRAINED * FACTOR))
-    for module, default in zip(rotary_modules(stripped), rotary_modules(plain)):
+    for module, default in zip(rotary_modules(stripped), rotary_modules(plain), strict=True):
         module.inv_freq, module.attention_scaling, module.rope_type = default.inv_freq.clone(), 1.0, "default"
     x = ids[:, :seq_len]
     want = logits(native, x)
