@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -231,3 +232,47 @@ def test_aggregate_carries_a_bootstrap_interval_around_it(tiny_lm, corpus_dir):
     assert value["ppl_lo"] <= value["ppl"] <= value["ppl_hi"]
     how = {json.loads(r["extra"])["interval"] for r in records if r["metric"] == "ppl_lo"}
     assert how == {"95% bootstrap over docs"}
+
+
+# --- BOS: --bos auto | on | off ------------------------------------------------------------------
+
+
+def _bos_adding(tokenizer):
+    """The byte tokenizer, changed to put <s> before every text as Llama's tokenizers do."""
+    from tokenizers import processors
+
+    tok = copy.deepcopy(tokenizer)
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
+    return tok
+
+
+@pytest.mark.parametrize("adds_bos", [False, True], ids=["tokenizer-without-bos", "tokenizer-adding-bos"])
+def test_bos_on_off_and_auto_give_the_expected_first_tokens(corpus_dir, tokenizer, adds_bos):
+    tok = _bos_adding(tokenizer) if adds_bos else tokenizer
+    corpus = load_corpus(str(corpus_dir))
+    own = tok(corpus.texts[0])["input_ids"]
+    assert (own[0] == tok.bos_token_id) == adds_bos
+    text = [i for i in own if i != tok.bos_token_id]
+    assert Tokenized(corpus, tok, bos="auto")[0].tolist() == own  # the tokenizer's own default, untouched
+    assert Tokenized(corpus, tok, bos="on")[0].tolist() == [tok.bos_token_id, *text]
+    assert Tokenized(corpus, tok, bos="off")[0].tolist() == text
+
+
+def test_bos_on_and_off_are_different_cells_with_different_numbers(tiny_lm, corpus_dir, tmp_path):
+    from ctxbench.results import read_records
+
+    out = tmp_path / "bos.csv"
+    for bos in ("off", "on", "off"):  # the second "off" resumes: nothing new
+        run_settings(tiny_lm, "ppl", _settings(corpus_dir, lengths=(64,), docs=1, bos=bos), out=out)
+    rows = [r for r in read_records(out) if r["metric"] == "nll" and r["doc"] == "all"]
+    assert len(rows) == 2
+    by_bos = {json.loads(r["extra"])["bos"]: r for r in rows}  # recorded on the row
+    off, on = by_bos["off"], by_bos["on"]
+    assert off["data_digest"] != on["data_digest"]  # part of the cell's identity: resume and compare keep them apart
+    assert float(off["value"]) != float(on["value"])
+
+
+def test_bos_auto_scores_the_tokenizers_own_ids(tiny_lm, corpus_dir, tokenizer):
+    auto = _aggregate(run_settings(tiny_lm, "ppl", _settings(corpus_dir, lengths=(64,), docs=1)).records)
+    ref = _labels_nll(tiny_lm.model, _docs(corpus_dir, tokenizer, 64, 1), 64)  # tokenizer(text) as is
+    assert auto[("none", 64)] == pytest.approx(ref, rel=1e-6)

@@ -97,3 +97,21 @@ def test_fused_and_blocked_attention_paths_give_the_same_losses_on_the_default_m
     assert torch.allclose(fused, blocked, rtol=0, atol=1e-4)
     with applied(real_lm.model, real_lm.geometry, resolve("none"), 1.0, 1024):
         assert (token_nll(real_lm.model, ids) - fused).abs().max() > 1e-2  # the method changed something
+
+
+def test_bos_auto_keeps_the_cells_of_the_committed_nightly_baseline(real_lm):
+    """Runs made before --bos existed stay the same cells (resume and compare match them): the data
+    digest of ``--bos auto`` is the committed one, and auto feeds the tokenizer's ids unchanged
+    (SmolLM2's tokenizer adds no BOS), so the numbers are the same too."""
+    import csv
+    import json
+    from pathlib import Path
+
+    baseline = Path(__file__).resolve().parent.parent / "results" / "baseline-nightly.csv"
+    row = next(r for r in csv.DictReader(baseline.open()) if r["task"] == "ppl" and r["metric"] == "ppl" and r["doc"] == "all")
+    settings = ppl.Settings(methods=[resolve("none")], factors=[2.0], lengths=[4096, 8192, 12288], dataset="stdlib", docs=1)
+    context = ppl.prepare(real_lm, settings)
+    if context.state.corpus_digest != json.loads(row["extra"])["corpus_digest"]:
+        pytest.skip("this Python's standard library differs from the one the baseline was measured on")
+    assert context.data_digest == row["data_digest"]
+    assert real_lm.tokenizer("def f():")["input_ids"][0] != real_lm.tokenizer.bos_token_id

@@ -234,7 +234,7 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
             docs.append((st.tokens.corpus.names[i], nll))
             seconds, peak, pass_tokens = seconds + m.seconds, max(peak, m.peak_mb), pass_tokens + len(ids)
     mode = "sliding" if sliding else "truncate"
-    extra = {"skipped_docs": st.skipped[cell.length], "corpus_digest": st.corpus_digest}
+    extra = {"skipped_docs": st.skipped[cell.length], "corpus_digest": st.corpus_digest, "bos": settings.bos}
     yield cell, _summary(docs, seconds, pass_tokens, peak, mode, extra, lm.geometry.trained_len)
 
 
@@ -264,7 +264,8 @@ def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterat
         seconds = sum(cost_of[i][0] for i in st.chosen[n])
         peak = max(cost_of[i][1] for i in st.chosen[n])
         pass_tokens = sum(cost_of[i][2] for i in st.chosen[n])
-        extra = {"skipped_docs": st.skipped[n], "pass_lengths": sorted({need[i] for i in st.chosen[n]}), "corpus_digest": st.corpus_digest}
+        extra = {"skipped_docs": st.skipped[n], "pass_lengths": sorted({need[i] for i in st.chosen[n]}), "corpus_digest": st.corpus_digest,
+                 "bos": settings.bos}
         yield cell, _summary(docs, seconds, pass_tokens, peak, "truncate", extra, lm.geometry.trained_len)
 
 
