@@ -30,6 +30,7 @@ class JobPlan:
     tokens: int
     seconds: float
     rows: tuple  # (what, cells, tokens, seconds) per method entry
+    trials: int | None = None  # trials per accuracy cell (None: the task does not count trials)
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,9 @@ def plan_table(jobs, model: str, trained_len: int | None = None) -> Plan:
             longest = max(item.forwards, default=0)
             seconds = sum(forward_seconds(n) for n in item.forwards) + item.decode_steps * step_seconds(longest)
             rows.append((item.what, item.cells, item.tokens, seconds))
+        trials = getattr(job.settings, "trials", None) if job.task.metric == "accuracy" else None
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
-                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows)))  # fmt: skip
+                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials))  # fmt: skip
     return Plan(model, tuple(out))
 
 
@@ -61,13 +63,29 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
+def interval_note(trials: int) -> str:
+    """How sure an accuracy cell of ``trials`` trials can be: its 95% Wilson interval at half and
+    at all trials right (the widest and a typical published case)."""
+    from .stats import wilson
+
+    half_lo, half_hi = wilson(trials // 2, trials)
+    all_lo, _ = wilson(trials, trials)
+    return (
+        f"{trials} trials per cell: 95% interval {half_lo:.0%}-{half_hi:.0%} at {trials // 2}/{trials} right, "
+        f"{all_lo:.0%}-100% at {trials}/{trials} (more --trials narrow it)"
+    )
+
+
 def print_plan(console, plan: Plan, out=None) -> None:
-    """One line per job, and advice when the whole run is long."""
+    """One line per job (with the interval width its trial count gives), and advice when the whole
+    run is long."""
     for j in plan.jobs:
         console.print(
             f"[bold]plan[/] {j.task}: {j.cells} cell(s), {j.forwards} forward(s), {j.tokens:,} tokens through the model, "
             f"about {_minutes(j.seconds)} (rough: default model, 2-core CPU)"
         )
+        if j.trials:
+            console.print(f"  [dim]{interval_note(j.trials)}[/]")
     if plan.seconds > LONG_RUN:
         console.print(
             f"[yellow]this run is estimated at {_minutes(plan.seconds)} on a 2-core CPU: for a first look use fewer or shorter "
