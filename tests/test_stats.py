@@ -187,3 +187,11 @@ def test_changed_beyond_noise_accuracy_absolute():
     # accuracy is absolute by default: a 0.03 drop is under rtol 0.05 (though 6% of 0.5 relative)
     assert changed_beyond_noise(0.5, 0.49, 0.51, 0.47, 0.46, 0.48, rtol=0.05, higher_is_worse=False)[0] == "ok"
     assert changed_beyond_noise(0.5, 0.49, 0.51, 0.47, 0.46, 0.48, rtol=0.05, higher_is_worse=False, relative=True)[0] == "worse"
+
+
+def test_plans_state_the_interval_width_a_trial_count_gives():
+    from ctxbench.plan import interval_note
+
+    # Wilson by hand: 2/4 -> 0.5 -/+ 1.96*sqrt(1/16 + 0.9604/64)/1.9604 -> 15.0%..85.0%; 4/4 -> 4/(4+3.8416) = 51.0%
+    assert "95% interval 15%-85% at 2/4 right, 51%-100% at 4/4" in interval_note(4)
+    assert "72%-100% at 10/10" in interval_note(10)
