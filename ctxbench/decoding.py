@@ -37,9 +37,10 @@ class Answer:
 
 
 @torch.inference_mode()
-def greedy(model, ids: torch.Tensor, max_new_tokens: int, eos: int | None, cache=None) -> list[list[int]]:
+def greedy(model, ids: torch.Tensor, max_new_tokens: int, eos: int | None, cache=None, finished=None) -> list[list[int]]:
     """Greedy decoding of a batch ``ids`` (batch, n) continuing ``cache``; only the last
-    position's logits are computed (``logits_to_keep=1``)."""
+    position's logits are computed (``logits_to_keep=1``). A row stops at ``eos``, or once
+    ``finished(row, tokens)`` says its result can no longer change; the batch stops when all have."""
     from transformers import DynamicCache
 
     cache = DynamicCache() if cache is None else cache
@@ -51,6 +52,8 @@ def greedy(model, ids: torch.Tensor, max_new_tokens: int, eos: int | None, cache
         for b in range(ids.shape[0]):
             if not done[b]:
                 new[b].append(int(token[b]))
+                if finished is not None and finished(b, new[b]):
+                    done[b] = True
         if eos is not None:
             done |= token == eos
         if bool(done.all()) or step == max_new_tokens - 1:
@@ -132,9 +135,11 @@ def plan(prompts: Sequence[Sequence[int]]) -> Plan:
 
 
 def decode_shared(
-    model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: int | None, budget: int = CACHE_BUDGET
+    model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: int | None, budget: int = CACHE_BUDGET,
+    finished=None,
 ) -> Iterator[Answer]:
-    """Greedy answers of every prompt, yielded group by group (see the module docstring)."""
+    """Greedy answers of every prompt, yielded group by group (see the module docstring).
+    ``finished(i, tokens)``: prompt ``i``'s answer so far is final (its decoding may stop)."""
     device = next(model.parameters()).device
     p = plan(prompts)
     stream = prompts[p.stream]
@@ -158,7 +163,8 @@ def decode_shared(
                 if len(chunk) > 1:
                     cache.batch_repeat_interleave(len(chunk))
                 suffix = torch.tensor([list(prompts[i][g:]) for i in chunk], device=device)  # (batch, n - g)
-                outs = greedy(model, suffix, max_new_tokens, eos, cache)
+                stop = None if finished is None else (lambda b, new, chunk=chunk: finished(chunk[b], new))
+                outs = greedy(model, suffix, max_new_tokens, eos, cache, stop)
                 spent = (time.perf_counter() - t0) / len(chunk)
                 for i, new in zip(chunk, outs, strict=True):
                     yield Answer(i, tuple(new), shared_seconds + spent)

@@ -3,6 +3,8 @@ same prompts, prefix reuse answers as single prompts, and bad input is one clear
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import run_settings, scripted_lm
 
@@ -38,6 +40,22 @@ def test_a_model_that_gives_every_answer_scores_one_and_half_the_answers_scores_
         half = _scripted(tokenizer, "niah", variant, 900, (0.2, 0.8), 2, lambda answers: " " + ", ".join(answers[:2]))
         scores = [float(r["value"]) for r in run_settings(half, "niah", settings).records if r["metric"] == "score"]
         assert scores == [0.5] * 4
+
+
+def test_decoding_stops_once_the_score_cannot_change_and_scores_as_the_full_budget_would(tokenizer):
+    from ctxbench.synthetic import TOKENS_TO_GENERATE
+
+    settings = _settings("niah", variants="multivalue", depths="0.5", trials=2, lengths="900")
+    tail = " and then it keeps talking" * 20  # far past RULER's 128-token budget, no EOS
+    full = _scripted(tokenizer, "niah", "multivalue", 900, (0.5,), 2, lambda answers: " " + ", ".join(answers) + tail)
+    rows = [r for r in run_settings(full, "niah", settings).records if r["metric"] == "score"]
+    assert [float(r["value"]) for r in rows] == [1.0, 1.0]
+    for r in rows:  # stopped right after the last expected answer
+        assert r["answer"] == ", ".join(json.loads(r["extra"])["answers"])
+    half = _scripted(tokenizer, "niah", "multivalue", 900, (0.5,), 2, lambda answers: " " + ", ".join(answers[:2]) + tail)
+    rows = [r for r in run_settings(half, "niah", settings).records if r["metric"] == "score"]
+    assert [float(r["value"]) for r in rows] == [0.5, 0.5]  # could still find the others: the whole budget
+    assert all(len(tokenizer(" " + r["answer"], add_special_tokens=False)["input_ids"]) == TOKENS_TO_GENERATE["niah"] for r in rows)
 
 
 def test_a_model_that_answers_nothing_scores_zero(copying_lm):

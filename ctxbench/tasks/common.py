@@ -59,12 +59,13 @@ def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> 
     ]
 
 
-def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int):
+def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
     """Greedy answers of every cell's trial prompts (``{cell: [prompt, ...]}``, prompts with
     ``.ids``), all cells of one (method, factor, length) decoded together with their shared
     prefixes computed once (:func:`ctxbench.decoding.decode_shared`). Yields ``(cell, [(prompt,
     new_tokens, seconds), ...])`` in trial order as soon as all of a cell's trials are answered.
-    Dynamic methods see the longest prompt plus the new tokens as their length."""
+    Dynamic methods see the longest prompt plus the new tokens as their length. ``finished(prompt,
+    new_tokens)``: the trial's score can no longer change, so its decoding may stop early."""
     from ..decoding import decode_shared
     from ..patching import applied
 
@@ -76,7 +77,8 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int):
     pending = {cell: len(prompts) for cell, prompts in prompts_by_cell.items()}
     done: dict = {}
     with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
-        for a in decode_shared(lm.model, [p.ids for p in flat], max_new_tokens, lm.tokenizer.eos_token_id):
+        stop = None if finished is None else (lambda i, new: finished(flat[i], new))
+        for a in decode_shared(lm.model, [p.ids for p in flat], max_new_tokens, lm.tokenizer.eos_token_id, finished=stop):
             cell, t = owner[a.index]
             done[(cell, t)] = (flat[a.index], a.tokens, a.seconds)
             pending[cell] -= 1

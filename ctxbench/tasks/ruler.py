@@ -171,7 +171,13 @@ def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> 
         for cell in group
     }  # fmt: skip
     new_tokens = max(p.max_new_tokens for ps in prompts.values() for p in ps)
-    for cell, answers in answer_cells(lm, prompts, new_tokens):
+
+    def finished(p, new) -> bool:
+        # RULER's metrics only grow as the output grows (an expected answer found stays found): once a
+        # trial scores 1 the remaining tokens of its budget cannot change its score, so stop there.
+        return score(p.metric, tok.decode(new, skip_special_tokens=True), p.answers) >= 1.0
+
+    for cell, answers in answer_cells(lm, prompts, new_tokens, finished):
         rows = []
         for trial, (p, new, seconds) in enumerate(answers):
             text = tok.decode(list(new), skip_special_tokens=True)
