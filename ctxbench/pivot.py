@@ -73,7 +73,12 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
     names, factors and lengths (lists or None)."""
     groups: dict[tuple, list[dict]] = {}
     bounds: dict[tuple, dict[str, float]] = {}
+    per_trial: dict[tuple, set] = {}  # trials seen per depth cell: the count when an old row lacks extra.trials
     for r in records:
+        if r.get("status") == "ok" and r.get("trial", "") not in ("", "all"):
+            cell_key = (r["model"], r["task"], r.get("variant", ""), r.get("label") or r["method"], _fmt_factor(r["factor"]),
+                        int(float(r["length"])), r.get("depth", ""))  # fmt: skip
+            per_trial.setdefault(cell_key, set()).add(r["trial"])
         if r.get("status") != "ok" or r.get("doc", "") not in ("", "all") or r.get("trial", "") not in ("", "all"):
             continue
         metric, _ = headline_of(r["task"], tasks)
@@ -81,7 +86,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         if r["metric"] == metric:
             groups.setdefault(key, []).append(r)
         elif r["metric"] in (metric + "_lo", metric + "_hi"):
-            bounds.setdefault(key, {})[r["metric"][len(metric) + 1 :]] = _num(r["value"])
+            bounds.setdefault((*key, r.get("depth", "")), {})[r["metric"][len(metric) + 1 :]] = _num(r["value"])
     if task:
         groups = {k: v for k, v in groups.items() if k[1] in task}
     if method:
@@ -99,10 +104,15 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         targets = [f] if f else sorted(factors.get((model, t, variant), {""}), key=lambda x: _num(x, 0))
         if factor:
             targets = [x for x in targets if _num(x) in factor]
-        r = rows[-1]
-        extra = _extra(r)
-        b = bounds.get((model, t, variant, label, f, n), {})
-        cell = PivotCell(_num(r["value"], float("nan")), b.get("lo"), b.get("hi"), extra.get("trials") or extra.get("docs"))
+        latest = {row.get("depth", ""): row for row in rows}  # per depth, the last run of the cell
+        if len(latest) == 1:
+            r = rows[-1]
+            extra = _extra(r)
+            b = bounds.get((model, t, variant, label, f, n, r.get("depth", "")), {})
+            cell = PivotCell(_num(r["value"], float("nan")), b.get("lo"), b.get("hi"), extra.get("trials") or extra.get("docs"))
+        else:
+            trials = {d: len(per_trial.get((model, t, variant, label, f, n, d), ())) for d in latest}
+            cell, extra = _pooled(list(latest.values()), trials)
         for target in targets:
             p = tables.setdefault((model, t, variant, target), Pivot(model, t, variant, target, metric, higher, []))
             p.rows.setdefault(label, {})[n] = cell
@@ -115,6 +125,22 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
             _add_changes(p, baseline)
         out.append(p)
     return out
+
+
+def _pooled(rows: list[dict], counted: dict) -> tuple[PivotCell, dict]:
+    """One accuracy over the depth cells of a length: every trial of every depth counts once
+    (RULER's score of a length is the mean over its samples at all depths), with the Wilson
+    interval of the pooled count (fractional scores counted as :func:`accuracy_rows` does)."""
+    from .stats import wilson
+
+    extras = [_extra(r) for r in rows]
+    sizes = [int(e.get("trials") or counted.get(r.get("depth", ""), 0)) for r, e in zip(rows, extras, strict=True)]
+    n = sum(sizes)
+    if n == 0:
+        return PivotCell(float("nan")), extras[-1]
+    total = sum(float(e.get("correct", _num(r["value"], 0.0) * k)) for r, e, k in zip(rows, extras, sizes, strict=True))
+    lo, hi = wilson(min(n, round(total)), n)
+    return PivotCell(total / n, lo, hi, n), {**extras[-1], "trials": n, "depths": len(rows)}
 
 
 def _extra(record: dict) -> dict:

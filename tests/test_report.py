@@ -71,3 +71,29 @@ def test_baseline_and_filters(tiny_lm, corpus_dir):
     p = ps[0]
     assert p.rows["none"][64].change is None
     assert p.rows["yarn"][64].change == p.rows["yarn"][64].value / p.rows["none"][64].value - 1
+
+
+def _accuracy_row(depth, value, trials, **extra):
+    return {"model": "m", "task": "passkey", "variant": "", "label": "yarn", "method": "yarn", "factor": "2.0", "length": "4096",
+            "depth": str(depth), "doc": "", "trial": "all", "status": "ok", "metric": "accuracy", "value": str(value),
+            "extra": json.dumps({"trials": trials, "correct": value * trials, **extra} if trials else extra)}  # fmt: skip
+
+
+def test_a_length_pools_every_trial_of_every_depth_with_one_wilson_interval():
+    from ctxbench import pivot
+    from ctxbench.stats import wilson
+
+    records = [_accuracy_row(0.1, 1.0, 4), _accuracy_row(0.5, 0.5, 4), _accuracy_row(0.9, 0.0, 2)]
+    (p,) = pivot.build(records)
+    cell = p.rows["yarn"][4096]
+    assert (cell.value, cell.n) == (6 / 10, 10)  # 4 + 2 + 0 right of 10 trials, not the last depth's 0%
+    assert (cell.lo, cell.hi) == wilson(6, 10)
+
+
+def test_old_rows_without_a_trial_count_pool_the_trial_rows_they_have():
+    from ctxbench import pivot
+
+    records = [_accuracy_row(d, v, None) for d, v in ((0.1, 1.0), (0.5, 0.0), (0.9, 1.0))]
+    records += [{**r, "trial": "0", "metric": "correct", "value": r["value"][0]} for r in records]
+    (p,) = pivot.build(records)
+    assert (p.rows["yarn"][4096].value, p.rows["yarn"][4096].n) == (2 / 3, 3)
