@@ -41,10 +41,11 @@ from .geometry import RopeGeometry
 NAME = "ctxbench"
 # Elements of one fp32 score block (heads x block x keys): 2**25 floats = 128 MB.
 SCORE_BUDGET = 2**25
-# Device types where a forward of more than one query runs the two branches through the fused
-# kernel (see _fused); elsewhere, and for single-token decoding steps, the blocked path.
-FUSED_DEVICES = ("cpu",)
-# Queries per block of the fused CPU path; its widest mask is (block, block + w - 1).
+# Device types where a forward of more than one query runs the two branches through the block
+# partition of _fused (every device type: only the kernel it calls differs, see _attend);
+# single-token decoding steps take the blocked path. Tests empty it to force the blocked path.
+FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")
+# Queries per block of the fused path; its widest mask is (block, block + w - 1).
 NEAR_BLOCK = 512
 
 
@@ -174,7 +175,7 @@ def _two_branch_attention(plan, q, k, v, scaling, q_pos, k_pos):
         g = plan.group
         far_q = rotate(q, q_pos // g + w - w // g, inv, scale, rd)
         far_k = rotate(k, k_pos // g, inv, scale, rd)
-    if q.device.type in FUSED_DEVICES and n_q > 1:
+    if q.device.type in FUSED_DEVICES and n_q > 1:  # prefill or a long suffix: the shared block partition
         return _fused(w, q, k, v, scaling, q_pos, far_q, far_k, near_q, near_k)
     return _blocked(w, q, k, v, scaling, q_pos, k_pos, far_q, far_k, near_q, near_k)
 
@@ -209,15 +210,64 @@ def _blocked(w, q, k, v, scaling, q_pos, k_pos, far_q, far_k, near_q, near_k):
 
 
 def _attend(q, k, v, scaling, mask=None):
-    """Fused CPU attention that also returns the log-sum-exp of each query's scores.
+    """Attention that also returns the log-sum-exp of each query's scores: the one call of the
+    block partition (:func:`_fused`) that depends on the device.
 
     q (b, h, n_q, d), k and v (b, h, n_k, d), mask (n_q, n_k) bool, True = attend; every row
-    must keep at least one key -> output (b, h, n_q, d), lse (b, h, n_q) fp32.
+    must keep at least one key -> output (b, h, n_q, d), lse (b, h, n_q) fp32 (natural log).
     """
-    if mask is not None:  # the kernel takes an additive mask of the query's dtype
-        mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask, scale=scaling)
+    return KERNELS.get(q.device.type, _attend_math)(q, k, v, scaling, mask)
+
+
+def _additive(mask, dtype, device, pad_to: int = 1):
+    """Bool mask (n_q, n_k) -> additive mask of ``dtype``: 0 where True, -inf elsewhere; its last
+    dim allocated as a multiple of ``pad_to`` and sliced back (kernels that want aligned rows)."""
+    n_q, n_k = mask.shape
+    full = torch.zeros((n_q, -(-n_k // pad_to) * pad_to), dtype=dtype, device=device)
+    return full[:, :n_k].masked_fill_(~mask, float("-inf"))
+
+
+def _attend_cpu(q, k, v, scaling, mask=None):
+    """PyTorch's fused flash-attention kernel for CPU (it returns the log-sum-exp)."""
+    bias = None if mask is None else _additive(mask, q.dtype, q.device)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)
     return out, lse.float()
+
+
+def _attend_cuda(q, k, v, scaling, mask=None):
+    """PyTorch's memory-efficient attention kernel on CUDA: it takes an additive bias (rows
+    aligned to 16 elements, as SDPA's own front end pads them) and returns the log-sum-exp,
+    padded to a multiple of 32 queries."""
+    b, h, n_q, _ = q.shape
+    bias = None if mask is None else _additive(mask, q.dtype, q.device, pad_to=16).expand(b, h, n_q, k.shape[2])
+    out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, False, scale=scaling)
+    return out, lse[:, :, :n_q].float()
+
+
+def _attend_math(q, k, v, scaling, mask=None):
+    """Any device: plain matmul and softmax in fp32 over key chunks of at most ``SCORE_BUDGET``
+    scores, merged by log-sum-exp, so memory stays bounded however many keys there are."""
+    b, h, n_q, _ = q.shape
+    out = torch.zeros(b, h, n_q, v.shape[-1], dtype=torch.float32, device=q.device)
+    lse = torch.full((b, h, n_q), float("-inf"), dtype=torch.float32, device=q.device)
+    step = max(1, SCORE_BUDGET // max(1, b * h * n_q))
+    for a in range(0, k.shape[2], step):
+        scores = torch.matmul(q.float(), k[:, :, a : a + step].float().transpose(-1, -2)) * scaling  # (b, h, n_q, keys)
+        if mask is not None:
+            scores.masked_fill_(~mask[:, a : a + step], float("-inf"))
+        part_lse = torch.logsumexp(scores, dim=-1)  # -inf for a row with no key in this chunk
+        probs = torch.exp(scores - part_lse[..., None]).nan_to_num_(0.0)
+        part = torch.matmul(probs, v[:, :, a : a + step].float())
+        total = torch.logaddexp(lse, part_lse)
+        keep = torch.where(torch.isinf(total), 0.0, torch.exp(lse - total)).nan_to_num_(0.0)
+        add = torch.where(torch.isinf(total), 0.0, torch.exp(part_lse - total)).nan_to_num_(0.0)
+        out = out * keep[..., None] + part * add[..., None]
+        lse = total
+    return out.to(q.dtype), lse
+
+
+# The fused kernel per device type; any other device runs the portable one.
+KERNELS = {"cpu": _attend_cpu, "cuda": _attend_cuda}
 
 
 def _merge(out, lse, part_out, part_lse):

@@ -7,6 +7,7 @@ matrix, both attention paths, generation with a KV cache) is tested in ``test_pa
 from __future__ import annotations
 
 import pytest
+import torch
 from conftest import run_settings
 from test_patching import relative_positions
 
@@ -45,3 +46,22 @@ def test_unknown_combination_lists_what_combines():
     with pytest.raises(UserError) as err:
         resolve("rerope+self-extend")
     assert "logn" in str(err.value) and "ntk" in str(err.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_portable_kernel_equals_the_cpu_flash_kernel_with_masks_and_key_chunks(dtype, monkeypatch):
+    """Rows whose keys all fall in a later chunk, a chunk fully masked for some rows, no mask."""
+    from ctxbench import attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 20, 16, dtype=dtype) for _ in range(3))
+    rel = torch.arange(20)[:, None] - torch.arange(20)[None, :]
+    masks = [None, (rel >= 0) & (rel < 5), rel >= 7, rel >= 0]
+    masks[2][:7] = True  # every row keeps a key
+    monkeypatch.setattr(attention, "SCORE_BUDGET", 2 * 3 * 20 * 6)  # keys in chunks of 6
+    for mask in masks:
+        want_out, want_lse = attention._attend_cpu(q, k, v, 0.25, mask)
+        got_out, got_lse = attention._attend_math(q, k, v, 0.25, mask)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: the kernel's own rounding of p and out
+        assert got_out.dtype == dtype and torch.allclose(got_out.float(), want_out.float(), atol=tol, rtol=tol)
+        assert torch.allclose(got_lse, want_lse, atol=1e-5 if dtype == torch.float32 else 2e-2)

@@ -505,11 +505,16 @@ def test_small_score_budget_splits_logn_queries_into_blocks_with_the_same_result
         ("self-extend", {"window": 8, "group": 8}, "self-extend", "none", 8, 1.0, 8),
     ],
 )
-def test_fused_path_in_blocks_shorter_than_the_window_matches_the_reference(spec, params, kind, freq, w, k, g, ids, monkeypatch):
-    """The fused CPU path in blocks of 12 queries (near bands reaching back over several blocks,
-    far keys split into the part every query of a block sees and the part only later ones do),
-    for a whole prefill and for 156 queries after a 100-token cache, against the naive reference
-    and the blocked path."""
+@pytest.mark.parametrize("kernel", ["cpu-flash", "portable"])
+def test_fused_path_in_blocks_shorter_than_the_window_matches_the_reference(spec, params, kind, freq, w, k, g, ids, kernel, monkeypatch):
+    """The block partition every device runs, in blocks of 12 queries (near bands reaching back
+    over several blocks, far keys split into the part every query of a block sees and the part
+    only later ones do), for a whole prefill and for 156 queries after a 100-token cache, against
+    the naive reference and the blocked path; with CPU's flash kernel and with the portable one
+    (in key chunks of 40 scores per query row) that devices without a fused kernel call."""
+    if kernel == "portable":
+        monkeypatch.setattr(attention, "KERNELS", {})
+        monkeypatch.setattr(attention, "SCORE_BUDGET", 4 * 12 * 40)  # (b=1, h=4, 12 queries) x 40 keys per chunk
     model = llama()
     calls = []
     fused = attention._fused
