@@ -227,22 +227,22 @@ def sweep(
     config = ModelConfig(model=spec.model, device=device or spec.device, dtype=spec.dtype, attn=spec.attn,
                          trust_remote_code=spec.trust_remote_code)  # fmt: skip
     if dry_run:
-        _plan_table(spec.jobs, spec.model, str(suite), target)
+        _plan_table(spec.jobs, spec.model, str(suite), target, device or spec.device, spec.dtype)
     execute(list(spec.jobs), config, target, resume, spec.seed, console=console, dry_run=dry_run)
 
 
-def _plan_table(jobs, model: str, suite: str, target: str) -> None:
+def _plan_table(jobs, model: str, suite: str, target: str, device: str, dtype: str) -> None:
     from rich.table import Table
 
     from .plan import plan_table
 
-    plan = plan_table(jobs, model)
-    table = Table(title=f"{suite}: {model} -> {target} (rough cost: default model, 2-core CPU)")
+    plan = plan_table(jobs, model, device=device, dtype=dtype)
+    table = Table(title=f"{suite}: {model} -> {target} (rough cost: {plan.basis})")
     for col in ("task", "method", "cells", "tokens", "~seconds"):
         table.add_column(col, justify="left" if col in ("task", "method") else "right")
     for job in plan.jobs:
         for what, cells, tokens, seconds in job.rows:
-            table.add_row(job.task, what, str(cells), f"{tokens:,}", f"{seconds:,.0f}")
+            table.add_row(job.task, what, str(cells), f"{tokens:,}", f"{seconds:,.0f}" if plan.timed else "—")
     console.print(table)
 
 

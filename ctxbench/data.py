@@ -14,10 +14,12 @@ import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 BUILTIN = "stdlib"
 # Short names for the long-document sets the YaRN / LongRoPE evaluations use: (hub id, split, text column).
@@ -187,6 +189,8 @@ class Tokenized:
         root = Path(cache_dir or os.environ.get("CTXBENCH_CACHE") or Path.home() / ".cache" / "ctxbench") / "tokens"
         key = f"{tokenizer_digest(tokenizer)}-{corpus.digest.split(':')[-1]}"
         self.cache_path = root / f"{key}.pt"
+        import torch  # here, not at the top: checking a dataset name must not cost a torch import
+
         self.ids: dict[int, torch.Tensor] = {}
         if self.cache_path.is_file():
             try:
@@ -196,6 +200,8 @@ class Tokenized:
         self._dirty = False
 
     def __getitem__(self, index: int) -> torch.Tensor:
+        import torch
+
         if index not in self.ids:
             ids = self.tokenizer(self.corpus.texts[index], return_attention_mask=False)["input_ids"]
             self.ids[index] = torch.tensor(ids, dtype=torch.int32)
@@ -238,6 +244,8 @@ class Tokenized:
         return {n: (picked if reach[n] else []) for n in lengths}
 
     def save(self) -> None:
+        import torch
+
         if not self._dirty:
             return
         try:

@@ -1,9 +1,8 @@
 """Plans: the grid of every job and a rough cost, printed before any model loads.
 
-The time is a rough estimate for the default model (SmolLM2-135M) on a 2-core CPU: a forward of
-``n`` tokens costs ``1.87e-3 n + 2.58e-7 n^2`` seconds (fitted to 12 s at 4k and ~100 s at 16k,
-linear plus quadratic attention cost) and a decoding step at context ``n`` the derivative of
-that. Other models and devices scale differently; the token counts hold for any model.
+The time is the FLOP count of the model's forwards and decoding steps (:mod:`ctxbench.costmodel`:
+from the model's config, its size and its attention's quadratic term) at the device's measured
+throughput. Each line says where the throughput came from; the token counts hold for any model.
 """
 
 from __future__ import annotations
@@ -12,14 +11,6 @@ from dataclasses import dataclass
 
 DEFAULT_TRAINED = 8192  # SmolLM2-135M's trained context, for plans made before the model loads
 LONG_RUN = 15 * 60  # seconds: above this a plan says how to make the run smaller
-
-
-def forward_seconds(n: int) -> float:
-    return 1.87e-3 * n + 2.58e-7 * n * n
-
-
-def step_seconds(context: int) -> float:
-    return 1.87e-3 + 2 * 2.58e-7 * context
 
 
 @dataclass(frozen=True)
@@ -31,32 +22,51 @@ class JobPlan:
     seconds: float
     rows: tuple  # (what, cells, tokens, seconds) per method entry
     trials: int | None = None  # trials per accuracy cell (None: the task does not count trials)
+    flops: float = 0.0  # of every forward and decoding step of the job
 
 
 @dataclass(frozen=True)
 class Plan:
     model: str
     jobs: tuple[JobPlan, ...]
+    basis: str = "default model, 2-core CPU"  # where the time comes from
+    timed: bool = True  # False: no throughput known for the device, only tokens
 
     @property
     def seconds(self) -> float:
         return sum(j.seconds for j in self.jobs)
 
+    @property
+    def flops(self) -> float:
+        return sum(j.flops for j in self.jobs)
 
-def plan_table(jobs, model: str, trained_len: int | None = None) -> Plan:
+
+def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "cpu", dtype: str = "float32",
+               size=None, rate: float | None = None, basis: str | None = None) -> Plan:  # fmt: skip
+    """Cells, forwards, tokens and seconds per job. ``size`` (a :class:`~ctxbench.costmodel.ModelSize`)
+    defaults to ``model``'s, ``rate`` (FLOP/s) to the one measured for ``device`` and ``dtype``."""
+    from .costmodel import model_size, rate_for_plan
+
     trained = trained_len or DEFAULT_TRAINED
+    size = size or model_size(model)
+    if rate is None:
+        rate, basis = rate_for_plan(device, dtype, model)
+    basis = f"{size.name}, {basis or 'measured'}" + ("" if size.source == "config" or size.name == "smollm2-135m" else
+                                                      f" (size {'from its name' if size.source == 'name' else 'unknown: the default model'})")  # fmt: skip
     out = []
     for job in jobs:
         items = job.task.cost(job.settings, trained)
-        rows = []
+        rows, total_flops = [], 0.0
         for item in items:
             longest = max(item.forwards, default=0)
-            seconds = sum(forward_seconds(n) for n in item.forwards) + item.decode_steps * step_seconds(longest)
+            flops = sum(size.forward_flops(n) for n in item.forwards) + item.decode_steps * size.step_flops(longest)
+            seconds = flops / rate if rate else float("nan")
             rows.append((item.what, item.cells, item.tokens, seconds))
+            total_flops += flops
         trials = getattr(job.settings, "trials", None) if job.task.metric == "accuracy" else None
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
-                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials))  # fmt: skip
-    return Plan(model, tuple(out))
+                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials, total_flops))  # fmt: skip
+    return Plan(model, tuple(out), basis, rate is not None)
 
 
 def _minutes(seconds: float) -> str:
@@ -80,15 +90,16 @@ def print_plan(console, plan: Plan, out=None) -> None:
     """One line per job (with the interval width its trial count gives), and advice when the whole
     run is long."""
     for j in plan.jobs:
+        when = f"about {_minutes(j.seconds)}" if plan.timed else f"{j.flops:.2g} FLOPs, time unknown"
         console.print(
             f"[bold]plan[/] {j.task}: {j.cells} cell(s), {j.forwards} forward(s), {j.tokens:,} tokens through the model, "
-            f"about {_minutes(j.seconds)} (rough: default model, 2-core CPU)"
+            f"{when} (rough: {plan.basis})"
         )
         if j.trials:
             console.print(f"  [dim]{interval_note(j.trials)}[/]")
-    if plan.seconds > LONG_RUN:
+    if plan.timed and plan.seconds > LONG_RUN:
         console.print(
-            f"[yellow]this run is estimated at {_minutes(plan.seconds)} on a 2-core CPU: for a first look use fewer or shorter "
+            f"[yellow]this run is estimated at {_minutes(plan.seconds)}: for a first look use fewer or shorter "
             "lengths (--len 2k,4k), fewer documents (--docs 1) or trials (--trials 2); --dry-run shows the plan only[/]"
         )
     if out is not None:

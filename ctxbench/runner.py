@@ -115,8 +115,10 @@ def execute(
     w = distributed.world()
     show = console if console is not None and w.rank == 0 else None
     name = model.model if isinstance(model, ModelConfig) else model.name
-    trained = None if isinstance(model, ModelConfig) else model.geometry.trained_len
-    plan = plan_table(jobs, name, trained)
+    if isinstance(model, ModelConfig):
+        plan = plan_table(jobs, name, device=model.device, dtype=model.dtype)
+    else:  # already loaded: its own size
+        plan = plan_table(jobs, name, model.geometry.trained_len, device=model.device, dtype=model.dtype, size=_size_of(model))
     if show is not None:
         print_plan(show, plan, out)
     if dry_run:
@@ -130,6 +132,8 @@ def execute(
                 lm = model.load()
         else:
             lm = model.load()
+        if show is not None and "measured on this machine" not in plan.basis:
+            _calibrated(show, lm, plan)
     else:
         lm = model
     results = _results(out, resume)
@@ -173,6 +177,29 @@ def _summarise(show, jobs: list[Job], outcome: Outcome, out) -> None:
         show.print(table)
     where = f" -> {out}" if out is not None else ""
     show.print(f"[dim]{outcome.ran} cell(s) run, {outcome.skipped} resumed, {outcome.failed} failed{where}[/]")
+
+
+def _size_of(lm):
+    from .costmodel import ModelSize
+
+    try:
+        return ModelSize.from_config(lm.model.config, lm.name)
+    except (AttributeError, TypeError, ValueError):
+        return None  # a model without a transformers config: the default model's size
+
+
+def _calibrated(show, lm, plan) -> None:
+    """First run on this device and dtype: time one short forward of the loaded model (cached
+    for the next plans) and say what the whole run costs at that throughput."""
+    from .costmodel import measured_rate
+
+    try:
+        rate = measured_rate(lm)
+    except Exception as exc:  # noqa: BLE001  a model that cannot run a plain forward keeps the rough plan
+        show.print(f"[dim]throughput not measured ({type(exc).__name__}: {exc})[/]", highlight=False)
+        return
+    show.print(f"[dim]measured {rate / 1e9:.0f} GFLOP/s for {lm.name} on {lm.device} {lm.dtype}: about "
+               f"{plan.flops / rate / 60:.1f} min in all (cached for the next plans on this machine)[/]", highlight=False)  # fmt: skip
 
 
 def run_task(

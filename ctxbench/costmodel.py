@@ -1,0 +1,185 @@
+"""How long a plan takes: a FLOP count of the model's forwards against a throughput per device.
+
+FLOPs of one forward of ``n`` tokens through a decoder of ``layers`` layers of width ``H``, with
+``P`` weights in its layers and a vocabulary of ``V`` (multiply-add = 2 FLOPs; Kaplan et al.
+2020, arXiv 2001.08361, sec. 2.1, with the causal attention term kept because it dominates at
+long context):
+
+    F(n) = 2 P n  +  2 layers H n^2  +  2 V H n
+           (weights)  (QK^T and PV, causal: half of 4 layers H n^2)  (output head)
+
+The throughput is the model's achieved FLOP/s on a device, not the hardware peak: measured once
+per (device, dtype, model) with a short calibration forward of the loaded model on its first run,
+and cached (see :func:`measured_rate`). Until then the default model on a CPU uses
+:data:`DEFAULT_CPU_RATE` (the 2-core CPU ctxbench is developed on: 12 s at 4k, about 100 s at
+16k); anything else gets tokens and FLOPs but no time. Loading the model and tokenising are not counted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DEFAULT_CPU_RATE = 1.4e11  # FLOP/s the default model reaches in float32 on a 2-core CPU (fit above)
+RATE_VERSION = 1  # bump when the calibration changes: old cached rates are ignored
+
+
+# Families whose MLP is two matrices (up, down) rather than three (gate, up, down).
+NOT_GATED = ("gpt2", "gpt_neox", "gpt_neo", "gptj", "bloom", "opt", "falcon", "mpt", "codegen", "phi")
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """What the FLOP count needs of a model: ``params`` are the weights of its layers (no
+    embedding or head), ``hidden`` its width, ``vocab`` its output size."""
+
+    name: str
+    layers: int
+    hidden: int
+    params: float
+    vocab: int
+    source: str = "config"  # config | name (guessed from a size in the name) | default
+
+    def forward_flops(self, n: int, head_tokens: int | None = None) -> float:
+        """FLOPs of a forward of ``n`` tokens; the output head on ``head_tokens`` of them (default all)."""
+        head = n if head_tokens is None else head_tokens
+        return 2 * self.params * n + 2 * self.layers * self.hidden * n * n + 2 * self.vocab * self.hidden * head
+
+    def step_flops(self, context: int) -> float:
+        """FLOPs of one decoding step with ``context`` cached tokens (one query, head on it)."""
+        return 2 * self.params + 4 * self.layers * self.hidden * context + 2 * self.vocab * self.hidden
+
+    @classmethod
+    def from_config(cls, config, name: str = "") -> ModelSize:
+        text = getattr(config, "text_config", None) or config
+        get = lambda *keys, default=None: next((getattr(text, k) for k in keys if getattr(text, k, None)), default)  # noqa: E731
+        hidden = int(get("hidden_size", "n_embd", "d_model"))
+        layers = int(get("num_hidden_layers", "n_layer", "num_layers"))
+        heads = int(get("num_attention_heads", "n_head"))
+        head_dim = int(get("head_dim", default=hidden // heads))
+        kv = int(get("num_key_value_heads", "multi_query_group_num", default=heads))
+        inner = int(get("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden))
+        gated = str(getattr(text, "model_type", "")) not in NOT_GATED  # gate, up and down projections
+        attention = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2  # q, o; k, v
+        mlp = (3 if gated else 2) * hidden * inner
+        return cls(name, layers, hidden, float(layers * (attention + mlp)), int(get("vocab_size", default=32000)))
+
+    @classmethod
+    def from_name(cls, name: str) -> ModelSize | None:
+        """A size read from a hub id such as ``meta-llama/Llama-2-7b-hf`` (7e9 weights), with
+        Llama's proportions (``12 layers H^2`` weights, ``H = 128 layers``): for plans when the
+        config cannot be read (offline)."""
+        m = re.search(r"(\d+(?:\.\d+)?)\s*([bm])\b", name.lower().replace("-", " ").replace("_", " "))
+        if not m:
+            return None
+        params = float(m.group(1)) * (1e9 if m.group(2) == "b" else 1e6)
+        hidden = int(round((params * 128 / 12) ** (1 / 3)))
+        return cls(name, max(1, hidden // 128), hidden, params, 32000, source="name")
+
+
+# SmolLM2-135M-Instruct: 30 layers of width 576 (9 heads of 64, 3 KV heads, MLP 1536), vocab 49152.
+DEFAULT_SIZE = ModelSize("smollm2-135m", 30, 576, 30 * (576 * 576 * 2 + 576 * 192 * 2 + 3 * 576 * 1536), 49152, source="default")
+
+
+def model_size(spec: str, trust_remote_code: bool = False) -> ModelSize:
+    """The size of model ``spec`` from its config (cached per file like the geometry), else from a
+    size in its name, else the default model's (``source`` says which)."""
+    from .errors import UserError
+    from .modelfiles import DEFAULT_MODEL, _cached, _file_key, load_config, locate
+
+    if spec == DEFAULT_MODEL or spec in ("smollm2",):
+        return DEFAULT_SIZE
+    try:
+        kind, path, gguf = locate(spec)
+        if kind == "hub":
+            if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+                raise OSError("offline")  # no config to fetch: the name's size, without importing transformers
+            return ModelSize.from_config(load_config(spec, trust_remote_code), spec)
+        source = path / gguf if gguf else path / "config.json"
+        fields = _cached("sizes.json", f"{RATE_VERSION}|{_file_key(source)}",
+                         lambda: asdict(ModelSize.from_config(load_config(spec, trust_remote_code), spec)))  # fmt: skip
+        return ModelSize(**fields)
+    except (UserError, OSError, ValueError, TypeError, AttributeError):
+        guessed = ModelSize.from_name(spec)
+        return guessed or ModelSize(spec, DEFAULT_SIZE.layers, DEFAULT_SIZE.hidden, DEFAULT_SIZE.params, DEFAULT_SIZE.vocab, "default")
+
+
+def plan_device(device: str) -> str:
+    """The device type a run will use, without importing torch: ``auto`` is cuda where an NVIDIA
+    driver is loaded, else cpu."""
+    if device and device != "auto":
+        return device.split(":")[0]
+    return "cuda" if Path("/proc/driver/nvidia/version").exists() else "cpu"
+
+
+def device_key(device: str, dtype: str) -> str:
+    """Names a device for the rate cache: the CPU model and core count, or the GPU's model."""
+    if device == "cpu":
+        model = ""
+        try:
+            model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                          if line.startswith("model name")), "")  # fmt: skip
+        except OSError:
+            pass
+        return f"cpu|{model or 'unknown'}|{os.cpu_count()}|{dtype}"
+    names = sorted(p.read_text().split("Model:", 1)[-1].splitlines()[0].strip()
+                   for p in Path("/proc/driver/nvidia/gpus").glob("*/information")) if device == "cuda" else []  # fmt: skip
+    return f"{device}|{names[0] if names else 'unknown'}|{dtype}"
+
+
+def cached_rate(device: str, dtype: str, model: str) -> float | None:
+    """The FLOP/s ``model`` reached on this device and dtype before, if measured."""
+    import json
+
+    from .modelfiles import _cache_dir
+
+    try:
+        known = json.loads((_cache_dir() / "rates.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return known.get(f"{RATE_VERSION}|{device_key(device, dtype)}|{model}")
+
+
+def rate_for_plan(device: str, dtype: str, model: str) -> tuple[float | None, str]:
+    """(FLOP/s, how it was obtained) for a plan of ``model`` made before it loads."""
+    dev = plan_device(device)
+    dtype = dtype if dtype != "auto" else ("bfloat16" if dev == "cuda" else "float32")
+    rate = cached_rate(dev, dtype, model)
+    if rate:
+        return rate, f"{dev} {dtype}, throughput measured on this machine"
+    if dev == "cpu" and dtype == "float32" and model in ("smollm2-135m", "smollm2"):
+        return DEFAULT_CPU_RATE, "cpu float32, throughput of a 2-core CPU (not yet measured here)"
+    return None, f"{dev} {dtype}: throughput not measured yet (the first run on this device measures it)"
+
+
+def measured_rate(lm, tokens: int = 512) -> float:
+    """The loaded model's FLOP/s on its device and dtype, from one timed forward of ``tokens``
+    tokens (after one warm-up), cached per (device, dtype, model): small models reach a smaller
+    share of a device's peak than big ones, so the rate of one does not carry over to another."""
+    import time
+
+    import torch
+
+    from .modelfiles import _cached
+
+    device = lm.torch_device.type
+    key = f"{RATE_VERSION}|{device_key(device, lm.dtype)}|{lm.name}"
+
+    def measure() -> float:
+        vocab = int(getattr(lm.model.config, "vocab_size", 0) or 2)
+        ids = torch.randint(0, min(vocab, 1000), (1, tokens), device=lm.torch_device)
+        with torch.inference_mode():
+            lm.model(input_ids=ids[:, : tokens // 4], use_cache=False, logits_to_keep=1)  # warm-up
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            lm.model(input_ids=ids, use_cache=False, logits_to_keep=1)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+        size = ModelSize.from_config(lm.model.config, lm.name)
+        return size.forward_flops(tokens, head_tokens=1) / max(seconds, 1e-9)
+
+    return float(_cached("rates.json", key, measure))
