@@ -582,3 +582,20 @@ def test_two_branch_logn_generation_with_a_kv_cache_matches_full_forwards(spec, 
             full = model(seq, use_cache=False).logits[0, -1]
             assert_close(out.logits[step][0], full)
             seq = torch.cat([seq, full.argmax().view(1, 1)], dim=1)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@CUDA
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-4), (torch.bfloat16, 0.15)])  # bf16: 8 significant bits
+@pytest.mark.parametrize("spec,params,kind,freq,w,k,g", [c for c in ATTENTION_CASES if c[2] != "logn"])
+def test_fused_path_on_cuda_matches_the_naive_reference(spec, params, kind, freq, w, k, g, ids, dtype, atol, monkeypatch):
+    """The same block partition as on CPU, through CUDA's memory-efficient kernel, in blocks of 12
+    queries; the reference runs on CPU in float32."""
+    model = llama()
+    want = reference_logits(model, ids, kind, freq, w, k, g)
+    monkeypatch.setattr(attention, "NEAR_BLOCK", 12)
+    gpu = copy.deepcopy(model).to("cuda", dtype)
+    got = patched_logits(gpu, spec, ids.cuda(), params=params).float().cpu()
+    assert_close(got, want, atol=atol)
