@@ -2,10 +2,11 @@
 
 Every frequency-level method is one pure function
 
-    fn(geometry, factor, seq_len, **params) -> (inv_freq, attention_scale)
+    fn(geometry, factor, seq_len, *, xp, **params) -> (inv_freq, attention_scale)
 
-returning the ``d/2`` inverse frequencies (float32, the same op order as transformers'
-``ROPE_INIT_FUNCTIONS`` so both agree to the last bit) and the factor that multiplies cos and
+returning the ``d/2`` inverse frequencies as a float32 array of the namespace ``xp`` (torch when
+a model is patched, NumPy for ``ctxbench freqs``; the same op order as transformers'
+``ROPE_INIT_FUNCTIONS`` so the torch result agrees with it to the last bit) and the factor that multiplies cos and
 sin (so attention logits are multiplied by its square). ``METHODS`` maps a name to the function
 plus what the CLI shows about it; adding a method is one function and one entry.
 
