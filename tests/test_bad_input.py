@@ -134,6 +134,9 @@ CASES = [
     ("freqs plot that is not a PNG", ["freqs", "--method", "ntk", "--plot", "f.jpg", *GEOMETRY], "not a .png"),
     ("niah length too short for the needles", ["niah", "--model", "tiny", "--variant", "multikey_3", "--len", "64", "--device", "cpu", *OUT],
      "too short"),
+    ("export to an unknown engine", ["export", "--method", "yarn", "--factor", "4", "--to", "tensorrt", *GEOMETRY], "did you mean"),
+    ("export a method the engine lacks", ["export", "--method", "rerope", "--to", "vllm", *GEOMETRY], "vllm"),
+    ("export native from a model without RoPE", ["export", "--method", "native", "--model", "gpt2", "--to", "transformers"], "RoPE"),
     ("passkey length below the fixed text", ["passkey", "--model", "tiny", "--len", "32", "--device", "cpu", *OUT], "shorter than the passkey prompt's fixed text"),
 ]
 
