@@ -1,6 +1,7 @@
 """Time the commands that only parse, list or report: each must answer in under a second.
 
-Prints the wall time of each command (median of 3 runs) and the import time of torch alone,
+Prints the wall time of each command (median of 3 runs; ``freqs --model`` reads the model's
+geometry once per file and caches it, so its first run ever is not counted) and the import time of torch alone,
 measured in the same run, for comparison: `python scripts/bench_cli.py`.
 """
 
@@ -17,6 +18,8 @@ CTXBENCH = [sys.executable, "-m", "ctxbench"]
 COMMANDS = [
     ["--help"], ["ppl", "--help"], ["niah", "--help"], ["methods"],
     ["freqs", "--method", "yarn", "--factor", "4", "--head-dim", "64", "--base", "1e5", "--trained-len", "8k"],
+    ["freqs", "--method", "none,linear,ntk,yarn,llama3", "--factor", "4", "--model", "smollm2-135m", "--format", "csv"],
+    ["sweep", "tasks/nightly.toml", "--dry-run"],
     ["report", str(ROOT / "results" / "ppl-smollm2-factor2.csv"), "--format", "markdown"],
     ["compare", str(ROOT / "results" / "ppl-smollm2-factor2.csv"), str(ROOT / "results" / "ppl-smollm2-factor2.csv")],
     ["ppl", "--len", "16q"], ["ppl", "--len", "2k,,4k"], ["ppl", "--method", "ntkk"], ["compare", "missing.csv", "missing.csv"],
