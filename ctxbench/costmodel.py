@@ -154,10 +154,12 @@ def rate_for_plan(device: str, dtype: str, model: str) -> tuple[float | None, st
     return None, f"{dev} {dtype}: throughput not measured yet (the first run on this device measures it)"
 
 
-def measured_rate(lm, tokens: int = 512) -> float:
+def measured_rate(lm, tokens: int = 1024) -> float:
     """The loaded model's FLOP/s on its device and dtype, from one timed forward of ``tokens``
-    tokens (after one warm-up), cached per (device, dtype, model): small models reach a smaller
-    share of a device's peak than big ones, so the rate of one does not carry over to another."""
+    tokens after a warm-up forward of the same shape (the first call of a shape pays for kernel
+    selection and page faults), cached per (device, dtype, model): small models reach a smaller
+    share of a device's peak than big ones, so the rate of one does not carry over to another.
+    Measured on a busy machine it is low, and stays so: delete ``rates.json`` in the cache to redo it."""
     import time
 
     import torch
@@ -171,7 +173,7 @@ def measured_rate(lm, tokens: int = 512) -> float:
         vocab = int(getattr(lm.model.config, "vocab_size", 0) or 2)
         ids = torch.randint(0, min(vocab, 1000), (1, tokens), device=lm.torch_device)
         with torch.inference_mode():
-            lm.model(input_ids=ids[:, : tokens // 4], use_cache=False, logits_to_keep=1)  # warm-up
+            lm.model(input_ids=ids, use_cache=False, logits_to_keep=1)  # warm-up, same shape
             if device == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()

@@ -132,7 +132,7 @@ def execute(
                 lm = model.load()
         else:
             lm = model.load()
-        if show is not None and "measured on this machine" not in plan.basis:
+        if show is not None and "measured on this machine" not in plan.basis and (plan.flops > CALIBRATE_ABOVE or not plan.timed):
             _calibrated(show, lm, plan)
     else:
         lm = model
@@ -177,6 +177,11 @@ def _summarise(show, jobs: list[Job], outcome: Outcome, out) -> None:
         show.print(table)
     where = f" -> {out}" if out is not None else ""
     show.print(f"[dim]{outcome.ran} cell(s) run, {outcome.skipped} resumed, {outcome.failed} failed{where}[/]")
+
+
+# FLOPs of a run above which a first run on a device measures its throughput (~10 s of the
+# default model on a 2-core CPU): a run shorter than the measurement is not worth it.
+CALIBRATE_ABOVE = 1e12
 
 
 def _size_of(lm):
