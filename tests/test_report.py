@@ -97,3 +97,14 @@ def test_old_rows_without_a_trial_count_pool_the_trial_rows_they_have():
     records += [{**r, "trial": "0", "metric": "correct", "value": r["value"][0]} for r in records]
     (p,) = pivot.build(records)
     assert (p.rows["yarn"][4096].value, p.rows["yarn"][4096].n) == (2 / 3, 3)
+
+
+def test_perplexity_effective_length_stops_at_a_rise_beyond_tolerance_and_noise():
+    from ctxbench.effective import effective_length
+
+    ppl = {1024: 7.6, 2048: 7.4, 4096: 8.3, 8192: 6.7, 16384: 21.7}  # 4k: 12% above the best shorter one
+    assert effective_length(ppl, higher_is_better=False) == 2048  # no intervals: the rise counts
+    noisy = {1024: (4.5, 13.4), 2048: (4.5, 11.8), 4096: (5.7, 11.5), 8192: (5.5, 8.1), 16384: (13.0, 37.2)}
+    assert effective_length(ppl, higher_is_better=False, intervals=noisy) == 8192  # 4k is within noise; 16k is not
+    tight = {**noisy, 2048: (7.3, 7.5), 4096: (8.2, 8.4)}
+    assert effective_length(ppl, higher_is_better=False, intervals=tight) == 2048
