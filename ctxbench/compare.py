@@ -177,15 +177,19 @@ def to_markdown(changes: list[Change], notes: list[str], rtol: float) -> str:
     for c in changes:
         lines.append("| " + " | ".join([
             c.key["task"] + (f" {c.key['variant']}" if c.key.get("variant") else ""), c.key["label"], c.key["factor"] or "any",
-            c.key["length"], c.key["depth"] or "—", c.key["metric"], fmt(c.base, c.base_ci), fmt(c.new, c.new_ci), pct(c),
+            c.key["length"], c.key["depth"] or "—", c.key["metric"], fmt(c.base, c.base_ci, c.key["metric"]), fmt(c.new, c.new_ci, c.key["metric"]), pct(c),
             ("**" + c.status + "**") if c.status in ("worse", "missing", "failed") else c.status, c.reason,
         ]) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
-def fmt(value: float | None, ci: tuple | None = None) -> str:
+def fmt(value: float | None, ci: tuple | None = None, metric: str = "") -> str:
     if value is None:
         return "—"
+    if metric == "effective_length":
+        from .pivot import len_label
+
+        return len_label(int(value))
     text = f"{value:.4g}"
     return text + (f" [{ci[0]:.4g}–{ci[1]:.4g}]" if ci else "")
 
@@ -193,6 +197,10 @@ def fmt(value: float | None, ci: tuple | None = None) -> str:
 def pct(c: Change) -> str:
     if c.delta is None:
         return "—"
+    if c.key["metric"] == "effective_length" and c.delta:
+        from .pivot import len_label
+
+        return ("+" if c.delta > 0 else "-") + len_label(abs(int(c.delta)))
     if c.key["metric"] == "ppl" and c.base:
         return f"{100 * c.delta / c.base:+.2f}%"
     return f"{c.delta:+.3g}"
