@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 DEFAULT_CPU_RATE = 1.4e11  # FLOP/s the default model reaches in float32 on a 2-core CPU (fit above)
 RATE_VERSION = 1  # bump when the calibration changes: old cached rates are ignored
+SIZE_VERSION = 1  # bump when reading a size from a config changes: old cached sizes are ignored
 
 
 # Families whose MLP is two matrices (up, down) rather than three (gate, up, down).
@@ -40,7 +41,7 @@ class ModelSize:
     hidden: int
     params: float
     vocab: int
-    source: str = "config"  # config | name (guessed from a size in the name) | default
+    source: str = "config"  # config | name (guessed from a size in the name) | assumed (the default model's)
 
     def forward_flops(self, n: int, head_tokens: int | None = None) -> float:
         """FLOPs of a forward of ``n`` tokens; the output head on ``head_tokens`` of them (default all)."""
@@ -80,30 +81,34 @@ class ModelSize:
 
 
 # SmolLM2-135M-Instruct: 30 layers of width 576 (9 heads of 64, 3 KV heads, MLP 1536), vocab 49152.
-DEFAULT_SIZE = ModelSize("smollm2-135m", 30, 576, 30 * (576 * 576 * 2 + 576 * 192 * 2 + 3 * 576 * 1536), 49152, source="default")
+DEFAULT_SIZE = ModelSize("smollm2-135m", 30, 576, 30 * (576 * 576 * 2 + 576 * 192 * 2 + 3 * 576 * 1536), 49152)
+
+
+def assumed_size(name: str) -> ModelSize:
+    """For a model whose size cannot be read: the default model's, saying so."""
+    return replace(DEFAULT_SIZE, name=name, source="assumed")
 
 
 def model_size(spec: str, trust_remote_code: bool = False) -> ModelSize:
     """The size of model ``spec`` from its config (cached per file like the geometry), else from a
     size in its name, else the default model's (``source`` says which)."""
     from .errors import UserError
-    from .modelfiles import DEFAULT_MODEL, _cached, _file_key, load_config, locate
+    from .modelfiles import ALIASES, _cached, _file_key, hub_offline, load_config, locate
 
-    if spec == DEFAULT_MODEL or spec in ("smollm2",):
+    if spec in ALIASES:  # every alias names the default model
         return DEFAULT_SIZE
     try:
         kind, path, gguf = locate(spec)
         if kind == "hub":
-            if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+            if hub_offline():
                 raise OSError("offline")  # no config to fetch: the name's size, without importing transformers
             return ModelSize.from_config(load_config(spec, trust_remote_code), spec)
         source = path / gguf if gguf else path / "config.json"
-        fields = _cached("sizes.json", f"{RATE_VERSION}|{_file_key(source)}",
+        fields = _cached("sizes.json", f"{SIZE_VERSION}|{_file_key(source)}",
                          lambda: asdict(ModelSize.from_config(load_config(spec, trust_remote_code), spec)))  # fmt: skip
         return ModelSize(**fields)
     except (UserError, OSError, ValueError, TypeError, AttributeError):
-        guessed = ModelSize.from_name(spec)
-        return guessed or ModelSize(spec, DEFAULT_SIZE.layers, DEFAULT_SIZE.hidden, DEFAULT_SIZE.params, DEFAULT_SIZE.vocab, "default")
+        return ModelSize.from_name(spec) or assumed_size(spec)
 
 
 def plan_device(device: str) -> str:
@@ -131,15 +136,9 @@ def device_key(device: str, dtype: str) -> str:
 
 def cached_rate(device: str, dtype: str, model: str) -> float | None:
     """The FLOP/s ``model`` reached on this device and dtype before, if measured."""
-    import json
+    from .modelfiles import _cache_entries
 
-    from .modelfiles import _cache_dir
-
-    try:
-        known = json.loads((_cache_dir() / "rates.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return known.get(f"{RATE_VERSION}|{device_key(device, dtype)}|{model}")
+    return _cache_entries("rates.json").get(f"{RATE_VERSION}|{device_key(device, dtype)}|{model}")
 
 
 def rate_for_plan(device: str, dtype: str, model: str) -> tuple[float | None, str]:
@@ -149,7 +148,9 @@ def rate_for_plan(device: str, dtype: str, model: str) -> tuple[float | None, st
     rate = cached_rate(dev, dtype, model)
     if rate:
         return rate, f"{dev} {dtype}, throughput measured on this machine"
-    if dev == "cpu" and dtype == "float32" and model in ("smollm2-135m", "smollm2"):
+    from .modelfiles import ALIASES
+
+    if dev == "cpu" and dtype == "float32" and model in ALIASES:
         return DEFAULT_CPU_RATE, "cpu float32, throughput of a 2-core CPU (not yet measured here)"
     return None, f"{dev} {dtype}: throughput not measured yet (the first run on this device measures it)"
 

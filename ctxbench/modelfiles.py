@@ -51,14 +51,19 @@ def _file_key(path: Path) -> str:
     return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
 
 
+def _cache_entries(name: str) -> dict:
+    """What the JSON file ``name`` of ctxbench's cache dir holds (empty if missing or damaged)."""
+    try:
+        return json.loads((_cache_dir() / name).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def _cached(name: str, key: str, compute):
     """``compute()``, remembered under ``key`` in the JSON file ``name`` of ctxbench's cache dir
     (keys name a file by path, size and mtime, so an edited file is read again)."""
     cache = _cache_dir() / name
-    try:
-        known = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        known = {}
+    known = _cache_entries(name)
     if key in known:
         return known[key]
     value = known[key] = compute()
@@ -151,9 +156,13 @@ def load_config(spec: str, trust_remote_code: bool = False):
         raise
 
 
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set (to anything but 0/false)."""
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
 def _hub_error(spec: str, exc: Exception) -> UserError:
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-    if offline:
+    if hub_offline():
         return UserError(
             f"model '{spec}' is not in the local hub cache and HF_HUB_OFFLINE is set",
             "download it once with a network, unset HF_HUB_OFFLINE, or pass a local path or alias (smollm2-135m)",

@@ -51,8 +51,8 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
     size = size or model_size(model)
     if rate is None:
         rate, basis = rate_for_plan(device, dtype, model)
-    basis = f"{size.name}, {basis or 'measured'}" + ("" if size.source == "config" or size.name == "smollm2-135m" else
-                                                      f" (size {'from its name' if size.source == 'name' else 'unknown: the default model'})")  # fmt: skip
+    caveat = {"config": "", "name": " (size from its name)", "assumed": " (size unknown: the default model's assumed)"}[size.source]
+    basis = f"{size.name}, {basis or 'measured'}{caveat}"
     out = []
     for job in jobs:
         items = job.task.cost(job.settings, trained)

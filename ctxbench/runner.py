@@ -185,12 +185,13 @@ CALIBRATE_ABOVE = 1e12
 
 
 def _size_of(lm):
-    from .costmodel import ModelSize
+    """A loaded model's size from its config (never from the hub: it is already here)."""
+    from .costmodel import ModelSize, assumed_size
 
     try:
         return ModelSize.from_config(lm.model.config, lm.name)
     except (AttributeError, TypeError, ValueError):
-        return None  # a model without a transformers config: the default model's size
+        return assumed_size(lm.name)  # a model without a transformers config
 
 
 def _calibrated(show, lm, plan) -> None:
