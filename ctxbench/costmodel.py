@@ -141,18 +141,19 @@ def cached_rate(device: str, dtype: str, model: str) -> float | None:
     return _cache_entries("rates.json").get(f"{RATE_VERSION}|{device_key(device, dtype)}|{model}")
 
 
-def rate_for_plan(device: str, dtype: str, model: str) -> tuple[float | None, str]:
-    """(FLOP/s, how it was obtained) for a plan of ``model`` made before it loads."""
+def rate_for_plan(device: str, dtype: str, model: str) -> tuple[float | None, str, bool]:
+    """(FLOP/s, how it was obtained, whether it was measured here) for a plan of ``model`` made
+    before it loads."""
     dev = plan_device(device)
     dtype = dtype if dtype != "auto" else ("bfloat16" if dev == "cuda" else "float32")
     rate = cached_rate(dev, dtype, model)
     if rate:
-        return rate, f"{dev} {dtype}, throughput measured on this machine"
+        return rate, f"{dev} {dtype}, throughput measured on this machine", True
     from .modelfiles import ALIASES
 
     if dev == "cpu" and dtype == "float32" and model in ALIASES:
-        return DEFAULT_CPU_RATE, "cpu float32, throughput of a 2-core CPU (not yet measured here)"
-    return None, f"{dev} {dtype}: throughput not measured yet (the first run on this device measures it)"
+        return DEFAULT_CPU_RATE, "cpu float32, throughput of a 2-core CPU (not yet measured here)", False
+    return None, f"{dev} {dtype}: throughput not measured yet (the first run on this device measures it)", False
 
 
 def measured_rate(lm, tokens: int = 1024) -> float:

@@ -75,14 +75,15 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
     bounds: dict[tuple, dict[str, float]] = {}
     per_trial: dict[tuple, set] = {}  # trials seen per depth cell: the count when an old row lacks extra.trials
     for r in records:
-        if r.get("status") == "ok" and r.get("trial", "") not in ("", "all"):
-            cell_key = (r["model"], r["task"], r.get("variant", ""), r.get("label") or r["method"], _fmt_factor(r["factor"]),
-                        int(float(r["length"])), r.get("depth", ""))  # fmt: skip
-            per_trial.setdefault(cell_key, set()).add(r["trial"])
-        if r.get("status") != "ok" or r.get("doc", "") not in ("", "all") or r.get("trial", "") not in ("", "all"):
+        if r.get("status") != "ok":
+            continue
+        key = (r["model"], r["task"], r.get("variant", ""), r.get("label") or r["method"], _fmt_factor(r["factor"]), int(float(r["length"])))
+        if r.get("trial", "") not in ("", "all"):
+            per_trial.setdefault((*key, r.get("depth", "")), set()).add(r["trial"])
+            continue
+        if r.get("doc", "") not in ("", "all"):
             continue
         metric, _ = headline_of(r["task"], tasks)
-        key = (r["model"], r["task"], r.get("variant", ""), r.get("label") or r["method"], _fmt_factor(r["factor"]), int(float(r["length"])))
         if r["metric"] == metric:
             groups.setdefault(key, []).append(r)
         elif r["metric"] in (metric + "_lo", metric + "_hi"):

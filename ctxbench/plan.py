@@ -31,6 +31,7 @@ class Plan:
     jobs: tuple[JobPlan, ...]
     basis: str = "default model, 2-core CPU"  # where the time comes from
     timed: bool = True  # False: no throughput known for the device, only tokens
+    measured: bool = False  # the throughput was measured on this machine (else a default or none)
 
     @property
     def seconds(self) -> float:
@@ -42,17 +43,17 @@ class Plan:
 
 
 def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "cpu", dtype: str = "float32",
-               size=None, rate: float | None = None, basis: str | None = None) -> Plan:  # fmt: skip
-    """Cells, forwards, tokens and seconds per job. ``size`` (a :class:`~ctxbench.costmodel.ModelSize`)
-    defaults to ``model``'s, ``rate`` (FLOP/s) to the one measured for ``device`` and ``dtype``."""
+               size=None) -> Plan:  # fmt: skip
+    """Cells, forwards, tokens and seconds per job, at the throughput known for ``model`` on
+    ``device`` and ``dtype``. ``size`` (a :class:`~ctxbench.costmodel.ModelSize`) defaults to
+    ``model``'s."""
     from .costmodel import model_size, rate_for_plan
 
     trained = trained_len or DEFAULT_TRAINED
     size = size or model_size(model)
-    if rate is None:
-        rate, basis = rate_for_plan(device, dtype, model)
+    rate, basis, measured = rate_for_plan(device, dtype, model)
     caveat = {"config": "", "name": " (size from its name)", "assumed": " (size unknown: the default model's assumed)"}[size.source]
-    basis = f"{size.name}, {basis or 'measured'}{caveat}"
+    basis = f"{size.name}, {basis}{caveat}"
     out = []
     for job in jobs:
         items = job.task.cost(job.settings, trained)
@@ -66,7 +67,7 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
         trials = getattr(job.settings, "trials", None) if job.task.metric == "accuracy" else None
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
                            sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials, total_flops))  # fmt: skip
-    return Plan(model, tuple(out), basis, rate is not None)
+    return Plan(model, tuple(out), basis, rate is not None, measured)
 
 
 def _minutes(seconds: float) -> str:

@@ -132,7 +132,7 @@ def execute(
                 lm = model.load()
         else:
             lm = model.load()
-        if show is not None and "measured on this machine" not in plan.basis and plan.flops > CALIBRATE_ABOVE:
+        if show is not None and not plan.measured and plan.flops > CALIBRATE_ABOVE:
             _calibrated(show, lm, plan)
     else:
         lm = model

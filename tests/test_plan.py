@@ -60,7 +60,7 @@ def test_a_measured_throughput_is_cached_and_used_by_the_next_plans(tiny_lm, tmp
     assert cached_rate("cpu", "float32", tiny_lm.name) is None
     rate = measured_rate(tiny_lm)
     assert rate > 0 and cached_rate("cpu", "float32", tiny_lm.name) == rate
-    assert rate_for_plan("cpu", "float32", tiny_lm.name) == (rate, "cpu float32, throughput measured on this machine")
+    assert rate_for_plan("cpu", "float32", tiny_lm.name) == (rate, "cpu float32, throughput measured on this machine", True)
     assert rate_for_plan("cpu", "float32", "smollm2-135m")[0] == DEFAULT_CPU_RATE  # another model: not its rate
     plan = plan_table([_job()], tiny_lm.name, device="cpu", dtype="float32", size=DEFAULT_SIZE)
     assert plan.seconds == pytest.approx(plan.flops / rate)
