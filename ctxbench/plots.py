@@ -127,7 +127,7 @@ def position_plots(records: list[dict], directory: Path) -> list[Path]:
             for label in sorted({r["label"] for r in mine}):
                 pts = sorted((_extra(r)["pos"], float(r["value"])) for r in mine if r["label"] == label)
                 xs = [(a + b) / 2 for (a, b), _ in pts]
-                ax.plot(xs, [v for _, v in pts], label=label, linewidth=1.4)
+                ax.plot(xs, [v for _, v in pts], label=label, linewidth=1.4, marker="o" if len(pts) <= 8 else None, markersize=4)  # few buckets: show them
                 trained = trained or _extra(mine[0]).get("trained_len")
             if trained and trained < length:
                 _mark_trained(ax, trained, f"trained L = {len_label(trained)}")
