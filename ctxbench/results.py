@@ -122,6 +122,21 @@ def _norm(value) -> str:
     return repr(int(number)) if number.is_integer() else repr(number)
 
 
+def trials_by_cell(records: Iterable[dict]) -> dict[tuple[str, ...], int]:
+    """The finished cells of ``records`` (every row ``ok``) and how many distinct numbered trials
+    each holds; a cell of only summary rows (perplexity, or rows from before trials were rows) has 0."""
+    trials: dict[tuple[str, ...], set[str]] = {}
+    failed = set()
+    for r in records:
+        key = cell_key(r)
+        if r.get("status") != "ok":
+            failed.add(key)
+        numbered = trials.setdefault(key, set())
+        if str(r.get("trial", "")).isdigit():
+            numbered.add(str(r["trial"]))
+    return {key: len(t) for key, t in trials.items() if key not in failed}
+
+
 def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, str]]:
     """Rows of a ctxbench CSV as dicts of strings, after checking it is one.
 
@@ -325,13 +340,12 @@ class ResultsFile:
                 return list(self._records)
             return [r for r in self._records if _row_tuple(r) not in self._initial]
 
-    def done_cells(self) -> set[tuple[str, ...]]:
-        """Cells whose rows are all ``ok`` (failed cells run again on resume), re-read if another
-        writer changed the file."""
+    def done_cells(self) -> dict[tuple[str, ...], int]:
+        """Cells whose rows are all ``ok`` (failed cells run again on resume), each with how many
+        trials it holds (0 for a cell without trial rows), re-read if another writer changed the file."""
         with self._mutex:
             records = self.records
-        failed = {cell_key(r) for r in records if r.get("status") != "ok"}
-        return {cell_key(r) for r in records} - failed
+        return trials_by_cell(records)
 
     def add(self, rows: Iterable[Row | dict]) -> None:
         """Save one cell's rows, replacing any earlier rows of the same cell, keeping every other row."""

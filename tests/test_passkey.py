@@ -137,6 +137,28 @@ def test_rows_per_trial_and_accuracy_per_cell(tiny_lm, tmp_path):
     assert result.ran == 8 and again.ran == 0 and again.skipped == 8
 
 
+def test_more_trials_rerun_the_cells_that_hold_fewer_and_keep_the_old_trials(tiny_lm, tmp_path):
+    out = tmp_path / "pk.csv"
+    few = _settings(methods=[resolve("none")], trials=2)
+    run_settings(tiny_lm, "passkey", few, out=out, seed=5)
+    before = {(r["length"], r["depth"], r["trial"]): r["answer"] for r in read_records(out) if r["metric"] == "correct"}
+    more = run_settings(tiny_lm, "passkey", _settings(methods=[resolve("none")], trials=3), out=out, seed=5)
+    records = read_records(out)
+    after = {(r["length"], r["depth"], r["trial"]): r["answer"] for r in records if r["metric"] == "correct"}
+    assert more.ran == 4 and more.skipped == 0
+    assert len(after) == 4 * 3 and {k: after[k] for k in before} == before  # trial i is the same trial
+    assert {json.loads(r["extra"])["trials"] for r in records if r["metric"] == "accuracy"} == {3}
+    assert any("fewer than --trials 3" in n for n in more.notes)
+
+
+def test_fewer_trials_keep_the_cells_that_hold_more(tiny_lm, tmp_path):
+    out = tmp_path / "pk.csv"
+    run_settings(tiny_lm, "passkey", _settings(methods=[resolve("none")], trials=3), out=out, seed=5)
+    again = run_settings(tiny_lm, "passkey", _settings(methods=[resolve("none")], trials=2), out=out, seed=5)
+    assert again.ran == 0 and again.skipped == 4
+    assert len([r for r in read_records(out) if r["metric"] == "correct"]) == 4 * 3
+
+
 def test_same_seed_same_keys_and_answers(tiny_lm, tmp_path):
     runs = [run_settings(tiny_lm, "passkey", _settings(), out=tmp_path / f"{i}.csv", seed=3).records for i in range(2)]
     strip = [[(r["method"], r["depth"], r["trial"], r["value"], r["answer"], r["extra"]) for r in rs if r["metric"] == "correct"] for rs in runs]
