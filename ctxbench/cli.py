@@ -18,7 +18,19 @@ app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
     help="Measure what RoPE context-extension methods do to perplexity and retrieval at each length.",
 )
-console = Console()
+
+def _stdout_console() -> Console:
+    """Rich cuts table cells to fit 80 columns when stdout is not a terminal (a CI log, ``> file``),
+    which turns "100% [72%–100%] n=10" into "[72%–10…"; piped output gets room for every cell
+    instead, unless COLUMNS says otherwise."""
+    import os
+
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(width=PIPED_WIDTH) if piped else Console()
+
+
+PIPED_WIDTH = 250
+console = _stdout_console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 # Options shared by the task commands.

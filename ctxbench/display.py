@@ -13,7 +13,8 @@ def pivot_table(p: Pivot):
     from rich.table import Table
 
     title = p.title + (f", trained at {len_label(p.trained_len)}" if p.trained_len else "")
-    table = Table(title=title)
+    beyond = p.trained_len and any(n > p.trained_len for n in p.lengths)
+    table = Table(title=title, caption=f"* past the trained {len_label(p.trained_len)}" if beyond else None)
     table.add_column("method", style="bold")
     for n in p.lengths:
         table.add_column(len_label(n) + (" *" if p.trained_len and n > p.trained_len else ""), justify="right")

@@ -108,3 +108,17 @@ def test_perplexity_effective_length_stops_at_a_rise_beyond_tolerance_and_noise(
     assert effective_length(ppl, higher_is_better=False, intervals=noisy) == 8192  # 4k is within noise; 16k is not
     tight = {**noisy, 2048: (7.3, 7.5), 4096: (8.2, 8.4)}
     assert effective_length(ppl, higher_is_better=False, intervals=tight) == 2048
+
+
+def test_a_piped_report_shows_every_cell_whole(tmp_path):
+    """Rich fits tables to 80 columns off a terminal; a report piped to a log must not cut cells."""
+    import os
+
+    lengths = [1024, 2048, 4096, 8192, 16384, 32768]
+    records = [{**_accuracy_row(depth, value, 5), "label": label, "method": label.split("(")[0], "length": str(n)}
+               for label in ("yarn(beta_fast=16)", "dynamic-ntk") for n in lengths for depth, value in ((0.1, 0.8), (0.9, 0.6))]  # fmt: skip
+    write_records(tmp_path / "r.csv", records)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run(["ctxbench", "report", str(tmp_path / "r.csv")], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout and proc.stdout.count("70% [40%–89%] n=10") == 2 * len(lengths)
