@@ -8,11 +8,17 @@ long context):
     F(n) = 2 P n  +  2 layers H n^2  +  2 V H n
            (weights)  (QK^T and PV, causal: half of 4 layers H n^2)  (output head)
 
-The throughput is the model's achieved FLOP/s on a device, not the hardware peak: measured once
-per (device, dtype, model) with a short calibration forward of the loaded model on its first run,
-and cached (see :func:`measured_rate`). Until then the default model on a CPU uses
-:data:`DEFAULT_CPU_RATE` (the 2-core CPU ctxbench is developed on: 12 s at 4k, about 100 s at
-16k); anything else gets tokens and FLOPs but no time. Loading the model and tokenising are not counted.
+A forward of ``n`` new tokens after ``c`` cached ones (a suffix after a shared haystack) has the
+attention term ``2 layers H ((c + n)^2 - c^2)``; a decoding step with ``c`` cached tokens costs
+``2 P + 4 layers H c + 2 V H``.
+
+The throughput is the model's achieved FLOP/s on a device, not the hardware peak, for forwards
+and, separately, for decoding steps (latency-bound: 20 times fewer FLOP/s on a CPU): measured once
+per (device, dtype, model) with a short calibration forward and a few steps of the loaded model on
+its first run, and cached (see :func:`measured_rate`). Until then the default model on a CPU uses
+:data:`DEFAULT_CPU` (the 2-core CPU ctxbench is developed on: 12 s for a 4k forward, about 100 s
+at 16k; 46 ms a step at 1k of context); anything else gets tokens and FLOPs but no time. Loading
+the model and tokenising are not counted.
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 DEFAULT_CPU_RATE = 1.4e11  # FLOP/s the default model reaches in float32 on a 2-core CPU (fit above)
-RATE_VERSION = 1  # bump when the calibration changes: old cached rates are ignored
+# Decoding one token at a time is bound by latency and by reading the KV cache, not by arithmetic:
+# the default model on that CPU takes 46 ms a step at 1k of context and 85 ms at 8k, 7-10 GFLOP/s.
+DEFAULT_CPU_DECODE_RATE = 8e9
+RATE_VERSION = 2  # bump when the calibration changes: old cached rates are ignored
 SIZE_VERSION = 1  # bump when reading a size from a config changes: old cached sizes are ignored
 
 
@@ -43,10 +52,13 @@ class ModelSize:
     vocab: int
     source: str = "config"  # config | name (guessed from a size in the name) | assumed (the default model's)
 
-    def forward_flops(self, n: int, head_tokens: int | None = None) -> float:
-        """FLOPs of a forward of ``n`` tokens; the output head on ``head_tokens`` of them (default all)."""
+    def forward_flops(self, n: int, head_tokens: int | None = None, cached: int = 0) -> float:
+        """FLOPs of a forward of ``n`` tokens after ``cached`` tokens already in the KV cache; the
+        output head on ``head_tokens`` of them (default all). The new tokens attend to the cache as
+        well as to each other: causal attention over ``cached + n`` minus that over ``cached``."""
         head = n if head_tokens is None else head_tokens
-        return 2 * self.params * n + 2 * self.layers * self.hidden * n * n + 2 * self.vocab * self.hidden * head
+        attention = 2 * self.layers * self.hidden * ((cached + n) ** 2 - cached**2)
+        return 2 * self.params * n + attention + 2 * self.vocab * self.hidden * head
 
     def step_flops(self, context: int) -> float:
         """FLOPs of one decoding step with ``context`` cached tokens (one query, head on it)."""
@@ -134,16 +146,36 @@ def device_key(device: str, dtype: str) -> str:
     return f"{device}|{names[0] if names else 'unknown'}|{dtype}"
 
 
-def cached_rate(device: str, dtype: str, model: str) -> float | None:
-    """The FLOP/s ``model`` reached on this device and dtype before, if measured."""
+@dataclass(frozen=True)
+class Throughput:
+    """FLOP/s a model reaches on a device: ``prefill`` for forwards over many tokens, ``decode``
+    for one-token decoding steps (far lower: each step is a chain of small kernels that reads the
+    whole KV cache)."""
+
+    prefill: float
+    decode: float
+
+    def seconds(self, forward_flops: float, decode_flops: float = 0.0) -> float:
+        return forward_flops / self.prefill + decode_flops / self.decode
+
+
+DEFAULT_CPU = Throughput(DEFAULT_CPU_RATE, DEFAULT_CPU_DECODE_RATE)
+
+
+def cached_rate(device: str, dtype: str, model: str) -> Throughput | None:
+    """The throughput ``model`` reached on this device and dtype before, if measured."""
     from .modelfiles import _cache_entries
 
-    return _cache_entries("rates.json").get(f"{RATE_VERSION}|{device_key(device, dtype)}|{model}")
+    entry = _cache_entries("rates.json").get(f"{RATE_VERSION}|{device_key(device, dtype)}|{model}")
+    try:
+        return Throughput(float(entry["prefill"]), float(entry["decode"]))
+    except (TypeError, KeyError, ValueError):
+        return None  # not measured, or written by another version
 
 
-def rate_for_plan(device: str, dtype: str, model: str) -> tuple[float | None, str, bool]:
-    """(FLOP/s, how it was obtained, whether it was measured here) for a plan of ``model`` made
-    before it loads."""
+def rate_for_plan(device: str, dtype: str, model: str) -> tuple[Throughput | None, str, bool]:
+    """(throughput, how it was obtained, whether it was measured here) for a plan of ``model``
+    made before it loads."""
     dev = plan_device(device)
     dtype = dtype if dtype != "auto" else ("bfloat16" if dev == "cuda" else "float32")
     rate = cached_rate(dev, dtype, model)
@@ -152,16 +184,17 @@ def rate_for_plan(device: str, dtype: str, model: str) -> tuple[float | None, st
     from .modelfiles import ALIASES
 
     if dev == "cpu" and dtype == "float32" and model in ALIASES:
-        return DEFAULT_CPU_RATE, "cpu float32, throughput of a 2-core CPU (not yet measured here)", False
+        return DEFAULT_CPU, "cpu float32, throughput of a 2-core CPU (not yet measured here)", False
     return None, f"{dev} {dtype}: throughput not measured yet (the first run on this device measures it)", False
 
 
-def measured_rate(lm, tokens: int = 1024) -> float:
-    """The loaded model's FLOP/s on its device and dtype, from one timed forward of ``tokens``
+def measured_rate(lm, tokens: int = 1024, steps: int = 8) -> Throughput:
+    """The loaded model's throughput on its device and dtype: one timed forward of ``tokens``
     tokens after a warm-up forward of the same shape (the first call of a shape pays for kernel
-    selection and page faults), cached per (device, dtype, model): small models reach a smaller
-    share of a device's peak than big ones, so the rate of one does not carry over to another.
-    Measured on a busy machine it is low, and stays so: delete ``rates.json`` in the cache to redo it."""
+    selection and page faults), then ``steps`` timed decoding steps on that forward's cache after
+    one untimed step. Cached per (device, dtype, model): small models reach a smaller share of a
+    device's peak than big ones, so the rate of one does not carry over to another. Measured on
+    a busy machine it is low, and stays so: delete ``rates.json`` in the cache to redo it."""
     import time
 
     import torch
@@ -171,19 +204,29 @@ def measured_rate(lm, tokens: int = 1024) -> float:
     device = lm.torch_device.type
     key = f"{RATE_VERSION}|{device_key(device, lm.dtype)}|{lm.name}"
 
-    def measure() -> float:
+    def timed(call) -> tuple[float, object]:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = call()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, out
+
+    def measure() -> dict:
         vocab = int(getattr(lm.model.config, "vocab_size", 0) or 2)
         ids = torch.randint(0, min(vocab, 1000), (1, tokens), device=lm.torch_device)
+        size = ModelSize.from_config(lm.model.config, lm.name)
         with torch.inference_mode():
             lm.model(input_ids=ids, use_cache=False, logits_to_keep=1)  # warm-up, same shape
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            lm.model(input_ids=ids, use_cache=False, logits_to_keep=1)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - t0
-        size = ModelSize.from_config(lm.model.config, lm.name)
-        return size.forward_flops(tokens, head_tokens=1) / max(seconds, 1e-9)
+            seconds, out = timed(lambda: lm.model(input_ids=ids, use_cache=True, logits_to_keep=1))
+            cache, token = out.past_key_values, ids[:, -1:]
+            lm.model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)  # warm-up step
+            step_seconds, _ = timed(lambda: [lm.model(input_ids=token, past_key_values=cache, use_cache=True,
+                                                      logits_to_keep=1) for _ in range(steps)])  # fmt: skip
+        decode_flops = sum(size.step_flops(tokens + 1 + i) for i in range(steps))
+        return {"prefill": size.forward_flops(tokens, head_tokens=1) / max(seconds, 1e-9),
+                "decode": decode_flops / max(step_seconds, 1e-9)}  # fmt: skip
 
-    return float(_cached("rates.json", key, measure))
+    entry = _cached("rates.json", key, measure)
+    return Throughput(float(entry["prefill"]), float(entry["decode"]))

@@ -1,8 +1,8 @@
 """Plans: the grid of every job and a rough cost, printed before any model loads.
 
 The time is the FLOP count of the model's forwards and decoding steps (:mod:`ctxbench.costmodel`:
-from the model's config, its size and its attention's quadratic term) at the device's measured
-throughput. Each line says where the throughput came from; the token counts hold for any model.
+from the model's config, its size and its attention's quadratic term, suffixes attending to what
+is cached before them) at the device's measured throughput for each. Each line says where the throughput came from; the token counts hold for any model.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class JobPlan:
     rows: tuple  # (what, cells, tokens, seconds) per method entry
     trials: int | None = None  # trials per accuracy cell (None: the task does not count trials)
     flops: float = 0.0  # of every forward and decoding step of the job
+    decode_flops: float = 0.0  # the decoding steps' share of ``flops``
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class Plan:
     def flops(self) -> float:
         return sum(j.flops for j in self.jobs)
 
+    def seconds_at(self, rate) -> float:
+        """The whole plan's time at throughput ``rate`` (a :class:`~ctxbench.costmodel.Throughput`)."""
+        decode = sum(j.decode_flops for j in self.jobs)
+        return rate.seconds(self.flops - decode, decode)
+
 
 def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "cpu", dtype: str = "float32",
                size=None) -> Plan:  # fmt: skip
@@ -57,16 +63,18 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
     out = []
     for job in jobs:
         items = job.task.cost(job.settings, trained)
-        rows, total_flops = [], 0.0
+        rows, total_flops, total_decode = [], 0.0, 0.0
         for item in items:
-            longest = max(item.forwards, default=0)
-            flops = sum(size.forward_flops(n) for n in item.forwards) + item.decode_steps * size.step_flops(longest)
-            seconds = flops / rate if rate else float("nan")
+            cached = item.cached + (0,) * (len(item.forwards) - len(item.cached))
+            longest = max((n + c for n, c in zip(item.forwards, cached, strict=True)), default=0)
+            forward = sum(size.forward_flops(n, cached=c) for n, c in zip(item.forwards, cached, strict=True))
+            decode = item.decode_steps * size.step_flops(longest)
+            seconds = rate.seconds(forward, decode) if rate else float("nan")
             rows.append((item.what, item.cells, item.tokens, seconds))
-            total_flops += flops
+            total_flops, total_decode = total_flops + forward + decode, total_decode + decode
         trials = getattr(job.settings, "trials", None) if job.task.metric == "accuracy" else None
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
-                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials, total_flops))  # fmt: skip
+                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials, total_flops, total_decode))  # fmt: skip
     return Plan(model, tuple(out), basis, rate is not None, measured)
 
 

@@ -6,9 +6,11 @@ import pytest
 from conftest import tiny_llama
 
 from ctxbench.costmodel import (
+    DEFAULT_CPU,
     DEFAULT_CPU_RATE,
     DEFAULT_SIZE,
     ModelSize,
+    Throughput,
     cached_rate,
     measured_rate,
     rate_for_plan,
@@ -59,8 +61,38 @@ def test_a_measured_throughput_is_cached_and_used_by_the_next_plans(tiny_lm, tmp
     monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path))
     assert cached_rate("cpu", "float32", tiny_lm.name) is None
     rate = measured_rate(tiny_lm)
-    assert rate > 0 and cached_rate("cpu", "float32", tiny_lm.name) == rate
+    assert rate.prefill > 0 and rate.decode > 0 and cached_rate("cpu", "float32", tiny_lm.name) == rate
     assert rate_for_plan("cpu", "float32", tiny_lm.name) == (rate, "cpu float32, throughput measured on this machine", True)
-    assert rate_for_plan("cpu", "float32", "smollm2-135m")[0] == DEFAULT_CPU_RATE  # another model: not its rate
+    assert rate_for_plan("cpu", "float32", "smollm2-135m")[0] == DEFAULT_CPU  # another model: not its rate
     plan = plan_table([_job()], tiny_lm.name, device="cpu", dtype="float32", size=DEFAULT_SIZE)
-    assert plan.seconds == pytest.approx(plan.flops / rate)
+    assert plan.seconds == pytest.approx(plan.flops / rate.prefill)  # perplexity: forwards only
+
+
+def test_a_suffix_after_a_cache_costs_what_the_whole_forward_costs_beyond_the_prefix():
+    size = DEFAULT_SIZE
+    for prefix, suffix in ((0, 4096), (4096, 4096), (12288, 4096), (100, 1)):
+        beyond = size.forward_flops(prefix + suffix, head_tokens=0) - size.forward_flops(prefix, head_tokens=0)
+        assert size.forward_flops(suffix, head_tokens=0, cached=prefix) == pytest.approx(beyond)
+    # a decoding step is a one-token suffix with the head on it
+    assert size.step_flops(8192) == pytest.approx(size.forward_flops(1, head_tokens=1, cached=8192), rel=1e-3)
+
+
+def _niah(depths: str):
+    task = get("niah")
+    return Job(task, build_settings(task, "none", 2.0, "16k", {"variants": "single_1", "depths": depths, "trials": "2"}))
+
+
+def test_a_retrieval_plan_counts_each_suffix_attending_to_the_haystack_before_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path))
+    n, size = 16384, DEFAULT_SIZE
+    job = plan_table([_niah("0.5")], "smollm2-135m", size=size).jobs[0]
+    # reference: the shared half once, then each trial's second half after it, then 128 steps each at 16k
+    forward = size.forward_flops(n // 2) + 2 * size.forward_flops(n // 2, cached=n // 2)
+    decode = 2 * 128 * size.step_flops(n)
+    assert job.flops == pytest.approx(forward + decode) and job.decode_flops == pytest.approx(decode)
+    assert job.seconds == pytest.approx(forward / DEFAULT_CPU.prefill + decode / DEFAULT_CPU.decode)
+
+
+def test_decoding_steps_take_the_decoding_throughput():
+    rate = Throughput(prefill=1e11, decode=1e9)
+    assert rate.seconds(2e11, 3e9) == pytest.approx(2 + 3)

@@ -101,13 +101,15 @@ class Context:
 
 @dataclass(frozen=True)
 class CostItem:
-    """A rough cost of one group of cells, for plans: the forwards it makes (their token counts)
-    and how many of them are decoding steps of one token."""
+    """A rough cost of one group of cells, for plans: the forwards it makes (their token counts,
+    and for each how many tokens are already in the KV cache when it starts) and how many
+    decoding steps of one token follow."""
 
     cells: int
     forwards: tuple[int, ...]  # prompt/forward lengths in tokens
     decode_steps: int = 0
     what: str = ""
+    cached: tuple[int, ...] = ()  # tokens already cached before each forward (missing: none)
 
     @property
     def tokens(self) -> int:

@@ -263,9 +263,13 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     items = []
     for m in settings.methods:
         for f in factors_for(m, settings.factors):
-            forwards = tuple(lengths) + tuple(max(1, int(n * (1 - d))) for n in lengths for d in settings.depths for _ in range(settings.trials))
+            # one running prefix per length up to the deepest needle, then each trial's suffix after
+            # its needle's depth, attending to the n * d tokens cached before it
+            suffixes = [(max(1, int(n * (1 - d))), n) for n in lengths for d in settings.depths for _ in range(settings.trials)]
+            forwards = tuple(max(1, int(n * max(settings.depths))) for n in lengths) + tuple(s for s, _ in suffixes)
+            cached = (0,) * len(lengths) + tuple(n - s for s, n in suffixes)
             steps = len(lengths) * len(settings.depths) * settings.trials * settings.max_new_tokens
-            items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps,
+            items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps, cached=cached,
                                   what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     return items
 
