@@ -102,7 +102,7 @@ def test_no_resume_starts_afresh_once_and_keeps_later_writers_rows(tmp_path):
     path = tmp_path / "out.csv"
     ResultsFile(path).add(_rows("old", 0))
     fresh = ResultsFile(path, resume=False)
-    assert fresh.done_cells() == set() and fresh.records == []
+    assert fresh.done_cells() == {} and fresh.records == []
     other = ResultsFile(path)
     other.add(_rows("other", 0))  # written after `fresh` started: must survive its first write
     fresh.add(_rows("fresh", 0))
@@ -118,7 +118,7 @@ def test_no_resume_replaces_a_damaged_file(tmp_path):
     with pytest.raises(UserError):
         ResultsFile(path)
     fresh = ResultsFile(path, resume=False)
-    assert fresh.done_cells() == set()
+    assert fresh.done_cells() == {}
     fresh.add(_rows("fresh", 0))
     assert {r["method"] for r in read_records(path)} == {"fresh"}
 
