@@ -26,7 +26,14 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import accuracy_rows, answer_cells, factors_for, parse_bool, parse_positive_int
+from .common import (
+    accuracy_rows,
+    answer_cells,
+    factors_for,
+    parse_bool,
+    parse_positive_int,
+    shared_prefix_forwards,
+)
 
 NAME = "passkey"
 INSTRUCTION = (
@@ -263,11 +270,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     items = []
     for m in settings.methods:
         for f in factors_for(m, settings.factors):
-            # one running prefix per length up to the deepest needle, then each trial's suffix after
-            # its needle's depth, attending to the n * d tokens cached before it
-            suffixes = [(max(1, int(n * (1 - d))), n) for n in lengths for d in settings.depths for _ in range(settings.trials)]
-            forwards = tuple(max(1, int(n * max(settings.depths))) for n in lengths) + tuple(s for s, _ in suffixes)
-            cached = (0,) * len(lengths) + tuple(n - s for s, n in suffixes)
+            forwards, cached = shared_prefix_forwards(lengths, settings.depths, settings.trials)
             steps = len(lengths) * len(settings.depths) * settings.trials * settings.max_new_tokens
             items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps, cached=cached,
                                   what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip

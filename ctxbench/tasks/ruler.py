@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 from ..errors import UserError, unknown
 from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import accuracy_rows, answer_cells, factors_for, parse_bool, parse_positive_int
+from .common import (
+    accuracy_rows,
+    answer_cells,
+    factors_for,
+    parse_bool,
+    parse_positive_int,
+    shared_prefix_forwards,
+)
 from .passkey import parse_depths_option
 
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -153,11 +160,7 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
     for _ in _variants(spec, settings):
         for m in settings.methods:
             for f in factors_for(m, settings.factors):
-                # one running prefix per length up to the deepest needle, then each trial's suffix after
-                # its needle's depth, attending to the n * d tokens cached before it
-                suffixes = [(max(1, int(n * (1 - d))), n) for n in lengths for d in depths for _ in range(settings.trials)]
-                forwards = tuple(max(1, int(n * max(depths))) for n in lengths) + tuple(s for s, _ in suffixes)
-                cached = (0,) * len(lengths) + tuple(n - s for s, n in suffixes)
+                forwards, cached = shared_prefix_forwards(lengths, depths, settings.trials)
                 items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards, cached=cached,
                                       decode_steps=len(lengths) * len(depths) * settings.trials * steps,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
