@@ -7,6 +7,7 @@ their traceback and exit 1.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 
 import typer
@@ -23,8 +24,6 @@ def _stdout_console() -> Console:
     """Rich cuts table cells to fit 80 columns when stdout is not a terminal (a CI log, ``> file``),
     which turns "100% [72%–100%] n=10" into "[72%–10…"; piped output gets room for every cell
     instead, unless COLUMNS says otherwise."""
-    import os
-
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(width=PIPED_WIDTH) if piped else Console()
 

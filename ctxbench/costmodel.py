@@ -158,6 +158,11 @@ class Throughput:
     def seconds(self, forward_flops: float, decode_flops: float = 0.0) -> float:
         return forward_flops / self.prefill + decode_flops / self.decode
 
+    @classmethod
+    def from_entry(cls, entry) -> Throughput:
+        """From its ``rates.json`` entry (``{"prefill": ..., "decode": ...}``)."""
+        return cls(float(entry["prefill"]), float(entry["decode"]))
+
 
 DEFAULT_CPU = Throughput(DEFAULT_CPU_RATE, DEFAULT_CPU_DECODE_RATE)
 
@@ -168,7 +173,7 @@ def cached_rate(device: str, dtype: str, model: str) -> Throughput | None:
 
     entry = _cache_entries("rates.json").get(f"{RATE_VERSION}|{device_key(device, dtype)}|{model}")
     try:
-        return Throughput(float(entry["prefill"]), float(entry["decode"]))
+        return Throughput.from_entry(entry)
     except (TypeError, KeyError, ValueError):
         return None  # not measured, or written by another version
 
@@ -228,5 +233,4 @@ def measured_rate(lm, tokens: int = 1024, steps: int = 8) -> Throughput:
         return {"prefill": size.forward_flops(tokens, head_tokens=1) / max(seconds, 1e-9),
                 "decode": decode_flops / max(step_seconds, 1e-9)}  # fmt: skip
 
-    entry = _cached("rates.json", key, measure)
-    return Throughput(float(entry["prefill"]), float(entry["decode"]))
+    return Throughput.from_entry(_cached("rates.json", key, measure))

@@ -2,7 +2,8 @@
 
 The time is the FLOP count of the model's forwards and decoding steps (:mod:`ctxbench.costmodel`:
 from the model's config, its size and its attention's quadratic term, suffixes attending to what
-is cached before them) at the device's measured throughput for each. Each line says where the throughput came from; the token counts hold for any model.
+is cached before them) at the device's measured throughput for each. Each line says where the
+throughput came from; the token counts hold for any model.
 """
 
 from __future__ import annotations

@@ -290,11 +290,12 @@ def run_task(
         return cell_key(rows_for(cell, [Measurement("x", 0)])[0].as_strings())
 
     done = results.done_cells()
+    keys = {c: key_of(c) for c in grid}
     # A cell with fewer trials than now asked runs again (its trials are seeded by their index, so
     # the old ones come out the same and the new rows replace the old); one with more is kept.
     wanted = getattr(settings, "trials", None) or 0
-    short = {key_of(c) for c in grid if 0 < done.get(key_of(c), wanted) < wanted}
-    todo_groups = [[c for c in g if key_of(c) not in done or key_of(c) in short] for g in groups]
+    short = {keys[c] for c in grid if 0 < done.get(keys[c], wanted) < wanted}
+    todo_groups = [[c for c in g if keys[c] not in done or keys[c] in short] for g in groups]
     if short:
         notes.append(f"{len(short)} cell(s) in the results file hold fewer than --trials {wanted} trials: run again with {wanted}")
     todo_groups = [g for g in todo_groups if g]
