@@ -36,6 +36,16 @@ class Option:
     raises :class:`ctxbench.errors.UserError` for bad input; ``None`` means "not given" and keeps
     the dataclass default. ``flag`` overrides the CLI flag (default ``--name`` with ``-`` for ``_``);
     ``is_flag`` makes a boolean ``--name/--no-name`` switch.
+
+    ``identity``: the option's value is part of every cell's identity (the cell key that resume,
+    ``compare``, ``report`` and the plots match on), so runs that differ in it never stand in
+    for each other. Leave it ``True`` for anything that can change a number; set it ``False``
+    only when the value is already a cell column (depths -> ``depth``, variants -> ``variant``,
+    stride -> ``stride``), when resume handles it another way (``trials``: a cell holding fewer
+    trials runs again), or when it provably cannot change a number.
+
+    ``aliases``: older spellings of the flag (``--depth``), accepted but hidden from ``--help``,
+    with a deprecation note on stderr: a renamed option keeps its old spelling for a release.
     """
 
     name: str
@@ -44,6 +54,8 @@ class Option:
     flag: str | None = None
     is_flag: bool = False
     metavar: str | None = None
+    identity: bool = True
+    aliases: tuple[str, ...] = ()
 
     @property
     def cli_flag(self) -> str:
@@ -129,15 +141,35 @@ class Task:
     groups: Callable
     run_group: Callable
     cost: Callable
-    metric: str
+    metric: str  # the headline metric: its aggregate rows (doc and trial "" or "all") are what tables show
     higher_is_better: bool
     default_lengths: Callable[[int], list[int]] = lambda trained_len: [trained_len // 2, trained_len, 2 * trained_len]
     tables: Callable | None = None
     plots: Callable | None = None
     validate: Callable | None = None  # settings -> None; raises UserError (called before any model loads)
+    fraction: bool = False  # the headline is a fraction in [0, 1] (shown as a percent, changes in points)
+    # record -> {option: value} for rows written before options were part of the cell key (no
+    # ``options`` column): what those runs used. Default: every identity option at its default.
+    legacy_options: Callable | None = None
 
     def option_names(self) -> list[str]:
         return [o.name for o in self.options]
 
     def field_names(self) -> set[str]:
         return {f.name for f in dataclasses.fields(self.settings)}
+
+    def identity(self, settings) -> dict:
+        """The values of the options that are part of a cell's identity (JSON-ready, by name)."""
+        return {o.name: _plain(getattr(settings, o.name)) for o in self.options if o.identity}
+
+    def default_identity(self) -> dict:
+        """:meth:`identity` of the settings' defaults (what a row without an ``options`` column used)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self.settings) if f.default is not dataclasses.MISSING}
+        return {o.name: _plain(defaults.get(o.name)) for o in self.options if o.identity}
+
+
+def _plain(value):
+    """A settings value as JSON holds it (tuples as lists)."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
