@@ -1,18 +1,26 @@
-"""Regression gate: join two results files cell by cell and flag what got worse beyond noise.
+"""Regression gate: join two results files cell by cell and flag what got worse.
 
 Compared values are each task's headline aggregates (``ppl`` over documents, ``accuracy`` per
-cell) and the effective length of every method. A cell is worse when
+cell) and the effective length of every method. Cells match on their identity across machines
+(:func:`ctxbench.identity.view_key`: model and dataset names, task, variant, method label and
+parameters, factor, length, stride, depth, seed, dtype and the task options that change numbers).
+Two kinds of pair are judged differently:
 
-- its value moved the wrong way by more than ``rtol`` (relative for perplexity, absolute for
-  accuracy) AND outside the noise: the two 95% intervals (``*_lo``/``*_hi`` rows) do not overlap
-  (:func:`ctxbench.stats.changed_beyond_noise`; files without intervals use the size test alone);
-- it failed in NEW but not in BASE, or it is missing from NEW;
-- or (row ``effective_length``) the method's effective length shrank.
+- **A rerun** — the cell's model and data digests are the same in both files. Same weights, same
+  tokens, same seeds: there is no run-to-run noise, so every change is real. The cell is
+  *worse* when its value moved the wrong way by more than ``rtol`` (relative for values, absolute
+  points for fractions), and a retrieval trial that went from right to wrong on the same seed is
+  named. Any smaller change beyond floating-point tolerance (:data:`FP_RTOL`) is *changed*: shown,
+  and a failure with ``strict``.
+- **Different weights or data** — digests differ: the size test AND a noise test. Where both files
+  hold the cell's per-trial rows on the same seeds, the noise test is the paired exact McNemar
+  test on those trials (:mod:`ctxbench.paired`, p < 0.05); otherwise the two 95% intervals must
+  not overlap (:func:`ctxbench.stats.changed_beyond_noise`).
 
-Cells match on model, dataset, task, variant, method label, method parameters, factor, length,
-stride, depth and seed — not on the digests, so a baseline stays comparable across machines whose
-standard library (the built-in corpus) differs by a patch release; differing digests are noted.
-A method that ignores the factor matches with an empty factor (older files wrote the factor).
+Whatever the kind: a value that is NaN, infinite or not a number in NEW where BASE had a number
+*failed*; a cell that failed in NEW (``oom``) or is missing from NEW fails; a cell left partial
+by a hand edit is not compared (a note names it); an effective length that shrank is *worse*.
+Cells of different dtypes never match: a note says so instead of comparing bf16 with float32.
 """
 
 from __future__ import annotations
@@ -23,7 +31,10 @@ from dataclasses import dataclass
 from .errors import UserError
 from .results import read_records
 
-MATCH = ["model", "dataset", "task", "variant", "label", "method_params", "factor", "length", "stride", "depth", "seed", "metric"]
+# Relative change below which two floats are the same number (a rerun prints exactly the same
+# digits; another CPU's summation order moves the ~7th significant digit of a float32 loss).
+FP_RTOL = 1e-9
+BAD = ("worse", "missing", "failed")
 
 
 @dataclass(frozen=True)
@@ -31,7 +42,7 @@ class Change:
     key: dict
     base: float | None
     new: float | None
-    status: str  # ok | worse | better | missing | new | failed
+    status: str  # ok | worse | better | changed | missing | new | failed
     reason: str = ""
     base_ci: tuple | None = None
     new_ci: tuple | None = None
@@ -43,78 +54,87 @@ class Change:
         return self.new - self.base
 
 
-def _num(text: str) -> str:
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return repr(int(value)) if value.is_integer() else repr(value)
-
-
-def _factor(record: dict, cache: dict) -> str:
-    method = record["method"]
-    if method not in cache:
-        from .methods import resolve
-
-        try:
-            cache[method] = resolve(method).uses_factor
-        except UserError:
-            cache[method] = True
-    return _num(record["factor"]) if cache[method] and record["factor"] != "" else ""
-
-
-def _aggregates(records: list[dict], tasks) -> tuple[dict[tuple, dict], dict[tuple, dict]]:
-    """(compared row of each cell: its headline aggregate or its failure row; its interval rows)."""
+def _cells(records: list[dict], tasks) -> tuple[dict, dict, dict]:
+    """Per view key: the compared row (headline aggregate, or the failure row), its interval
+    bounds, and its per-trial rows (for naming flipped trials and the paired test)."""
+    from .identity import VIEW, view_key
     from .pivot import headline_of
 
-    out, bounds, uses = {}, {}, {}
+    out, bounds, trials = {}, {}, {}
     for r in records:
-        metric, _ = headline_of(r["task"], tasks)
+        metric = headline_of(r["task"], tasks).metric
+        key = (*view_key(r), metric)
         aggregate = r.get("doc", "") in ("", "all") and r.get("trial", "") in ("", "all")
-        key = tuple(metric if c == "metric" else (_factor(r, uses) if c == "factor" else _num(r.get(c, ""))) for c in MATCH)
         if (aggregate and r["metric"] == metric) or r["status"] != "ok":
             out[key] = r
         elif aggregate and r["metric"] in (metric + "_lo", metric + "_hi"):
-            bounds.setdefault(key, {})[r["metric"][len(metric) + 1 :]] = _value(r)
-    return out, bounds
+            bounds.setdefault(key, {})[r["metric"][len(metric) + 1 :]] = _number(r)[0]
+        elif str(r.get("trial", "")).isdigit():
+            trials.setdefault(key, []).append(r)
+    names = [*VIEW, "metric"]
+    return {k: (dict(zip(names, k, strict=True)), r) for k, r in out.items()}, bounds, trials
 
 
 def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float | None = None) -> tuple[list[Change], list[str]]:
     """Per-cell changes and notes; raises UserError for unreadable or foreign files."""
     from .effective import check_threshold
+    from .identity import drop_partial
     from .tasks import registry
 
-    if not rtol >= 0:
-        raise UserError(f"--rtol {rtol} must be >= 0", "e.g. --rtol 0.02 (2%)")
+    if not rtol >= 0 or math.isinf(rtol):
+        raise UserError(f"--rtol {rtol} must be a number >= 0", "e.g. --rtol 0.02 (2%)")
     check_threshold(threshold)
     tasks = registry()
-    base_records, new_records = read_records(base_path), read_records(new_path)
-    (base, base_b), (new, new_b) = _aggregates(base_records, tasks), _aggregates(new_records, tasks)
+    notes = []
+    loaded = []
+    for path in (base_path, new_path):
+        records, partial = drop_partial(read_records(path), tasks)
+        if partial:
+            notes.append(f"{path}: {len(partial)} partial cell(s) not compared ({'; '.join(partial[:3])}): rows are missing (a hand edit?)")
+        loaded.append(records)
+    base_records, new_records = loaded
+    (base, base_b, base_t), (new, new_b, new_t) = _cells(base_records, tasks), _cells(new_records, tasks)
     if not base:
         raise UserError(f"'{base_path}' has no aggregate rows", "give a CSV written by ctxbench")
-    notes = []
-    digests = lambda rows: {(r["model_digest"], r["data_digest"]) for r in rows.values()}  # noqa: E731
+    digests = lambda cells: {(r["model_digest"], r["data_digest"]) for _, r in cells.values()}  # noqa: E731
     if digests(base) != digests(new):
-        notes.append("model or data digests differ between the files (different weights, or another Python's stdlib corpus)")
+        notes.append("model or data digests differ between some cells (different weights, or another Python's stdlib corpus): "
+                     "those are judged beyond noise, the rest as reruns")  # fmt: skip
+    notes += _dtype_note(base, new)
     changes = []
     for key in sorted(base.keys() | new.keys(), key=lambda k: tuple(map(str, k))):
-        b, n = base.get(key), new.get(key)
-        info = dict(zip(MATCH, key, strict=True))
+        info = (base.get(key) or new.get(key))[0]
+        b, n = (base.get(key) or (None, None))[1], (new.get(key) or (None, None))[1]
         if n is None:
-            changes.append(Change(info, _value(b), None, "missing", "cell missing from NEW"))
+            changes.append(Change(info, _number(b)[0], None, "missing", "cell missing from NEW"))
             continue
         if b is None:
-            changes.append(Change(info, None, _value(n), "new"))
+            changes.append(Change(info, None, _number(n)[0], "new"))
             continue
         if n["status"] != "ok":
-            changes.append(Change(info, _value(b), None, "failed" if b["status"] == "ok" else "ok", f"status {n['status']} in NEW"))
+            changes.append(Change(info, _number(b)[0], None, "failed" if b["status"] == "ok" else "ok", f"status {n['status']} in NEW"))
             continue
-        bv, nv = _value(b), _value(n)
+        (bv, _), (nv, nbad) = _number(b), _number(n)
+        if nbad and bv is not None:
+            changes.append(Change(info, bv, None, "failed", f"value is {nbad} in NEW where BASE had {bv:.6g}"))
+            continue
         bci, nci = _ci(base_b.get(key)), _ci(new_b.get(key))
-        status, reason = _verdict(info, bv, nv, rtol, bci, nci, tasks)
+        rerun = (b["model_digest"], b["data_digest"]) == (n["model_digest"], n["data_digest"])
+        status, reason = _verdict(info, bv, nv, rtol, bci, nci, tasks, rerun, base_t.get(key, []), new_t.get(key, []))
         changes.append(Change(info, bv, nv, status, reason, bci, nci))
     changes += _effective_changes(base_records, new_records, tasks, threshold)
     return changes, notes
+
+
+def _dtype_note(base: dict, new: dict) -> list[str]:
+    """Cells that would match but for their dtype: say so rather than compare them."""
+    def without_dtype(cells):
+        return {tuple(v for c, v in info.items() if c != "dtype"): info["dtype"] for info, _ in cells.values()}
+
+    b, n = without_dtype(base), without_dtype(new)
+    pairs = sorted({(b[k], n[k]) for k in b.keys() & n.keys() if b[k] != n[k]})
+    return [f"cells in {bd} in BASE are {nd} in NEW: cells of different dtypes are not compared (they show as missing/new); "
+            f"compare files of one dtype" for bd, nd in pairs]  # fmt: skip
 
 
 def _ci(b: dict | None) -> tuple | None:
@@ -123,22 +143,100 @@ def _ci(b: dict | None) -> tuple | None:
     return (b["lo"], b["hi"])
 
 
-def _value(record: dict) -> float | None:
+def _number(record: dict | None) -> tuple[float | None, str]:
+    """(value, what is wrong with it): ``(None, "nan")``, ``"inf"`` or ``"not a number ('x')"``
+    for a value that is not a finite number, ``(None, "")`` for an empty one."""
+    if record is None:
+        return None, ""
+    text = str(record.get("value", "")).strip()
+    if text == "":
+        return None, "empty"
     try:
-        value = float(record["value"])
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value
+        value = float(text)
+    except ValueError:
+        return None, f"not a number ('{text[:20]}')"
+    if math.isnan(value):
+        return None, "nan"
+    if math.isinf(value):
+        return None, "inf"
+    return value, ""
 
 
-def _verdict(info, base, new, rtol, bci, nci, tasks) -> tuple[str, str]:
+def _verdict(info, base, new, rtol, bci, nci, tasks, rerun, base_trials, new_trials) -> tuple[str, str]:
     from .pivot import headline_of
     from .stats import changed_beyond_noise
 
     if base is None or new is None:
         return "ok", ""
-    _, higher_is_better = headline_of(info["task"], tasks)
-    return changed_beyond_noise(base, *(bci or (None, None)), new, *(nci or (None, None)), rtol, not higher_is_better)
+    head = headline_of(info["task"], tasks)
+    relative = not head.fraction
+    delta = new - base
+    worse_way = delta < 0 if head.higher_is_better else delta > 0
+    size = abs(delta) / abs(base) if relative and base else abs(delta)
+    flipped = _flipped(base_trials, new_trials)
+    if rerun:
+        if size > rtol:
+            what = f"{delta / base:+.2%}" if relative and base else f"{delta * 100:+.1f} pts" if head.fraction else f"{delta:+.4g}"
+            reason = f"rerun on the same weights and data: {what}, beyond rtol {rtol:g}"
+            if flipped:
+                reason += f"; right -> wrong: {flipped}"
+            return ("worse" if worse_way else "better"), reason
+        if abs(delta) > FP_RTOL * max(abs(base), abs(new), 1e-300):
+            reason = f"rerun on the same weights and data: moved by {delta:+.3g} ({delta / base:+.2e} relative)" if base else f"moved by {delta:+.3g}"
+            if flipped:
+                reason += f"; right -> wrong: {flipped}"
+            return "changed", reason
+        return "ok", ""
+    paired = _paired_p(base_trials, new_trials)
+    if paired is not None:
+        if size <= rtol:
+            return "ok", f"within rtol {rtol:g}"
+        if paired >= 0.05:
+            return "ok", f"paired McNemar p = {paired:.3g} on the same trials (within noise)"
+        reason = f"paired McNemar p = {paired:.3g} on the same trials" + (f"; right -> wrong: {flipped}" if flipped and worse_way else "")
+        return ("worse" if worse_way else "better"), reason
+    return changed_beyond_noise(base, *(bci or (None, None)), new, *(nci or (None, None)), rtol, not head.higher_is_better, relative)
+
+
+def _trial_key(r: dict) -> tuple:
+    return (r.get("depth", ""), str(r["trial"]), r["metric"])
+
+
+def _flipped(base_trials: list[dict], new_trials: list[dict]) -> str:
+    """The trials that were right in BASE and wrong in NEW, on the same seed (``depth 0.5 trial 3``)."""
+    new = {_trial_key(r): r for r in new_trials}
+    out = []
+    for r in base_trials:
+        other = new.get(_trial_key(r))
+        if other is None:
+            continue
+        (b, _), (n, _) = _number(r), _number(other)
+        if b is not None and n is not None and n < b:
+            out.append((f"depth {r['depth']} " if r.get("depth") else "") + f"trial {r['trial']}")
+    return ", ".join(out[:10]) + (f" (+{len(out) - 10} more)" if len(out) > 10 else "")
+
+
+def _paired_p(base_trials: list[dict], new_trials: list[dict]) -> float | None:
+    """The exact McNemar p-value of 0/1 trial outcomes on the same trials of both files, or None
+    when they do not hold the same trials."""
+    if not base_trials or len(base_trials) != len(new_trials):
+        return None
+    new = {_trial_key(r): _number(r)[0] for r in new_trials}
+    pairs = [(_number(r)[0], new.get(_trial_key(r))) for r in base_trials]
+    if any(b is None or n is None or b not in (0, 1) or n not in (0, 1) for b, n in pairs):
+        return None
+    return mcnemar_exact(sum(1 for b, n in pairs if b > n), sum(1 for b, n in pairs if n > b))
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value of ``b`` and ``c`` discordant pairs: the exact binomial
+    test of ``min(b, c)`` successes in ``b + c`` trials at p = 1/2 (McNemar 1947; the exact form
+    for small counts, e.g. Fagerland et al. 2013)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2 * tail)
 
 
 def _effective_changes(base_records, new_records, tasks, threshold) -> list[Change]:
@@ -149,14 +247,14 @@ def _effective_changes(base_records, new_records, tasks, threshold) -> list[Chan
         out = {}
         for p in pivots(records, tasks, threshold=threshold):
             for label, eff in p.effective.items():
-                out[(p.model, p.task, p.variant, label, p.factor)] = eff
+                out[(p.model, p.task, p.variant, p.setting, label, p.factor)] = eff
         return out
 
     base, new = lengths(base_records), lengths(new_records)
     changes = []
     for key in sorted(base.keys() & new.keys(), key=lambda k: tuple(map(str, k))):
         b, n = base[key], new[key]
-        info = dict(model=key[0], task=key[1], variant=key[2], label=key[3], factor=key[4], length="", depth="", metric="effective_length")
+        info = dict(model=key[0], task=key[1], variant=key[2], label=key[4], factor=key[5], length="", depth="", metric="effective_length")
         if b is not None and (n is None or n < b):
             changes.append(Change(info, b, n, "worse", f"effective length shrank from {b} to {n or 'none'}"))
         else:
@@ -164,21 +262,24 @@ def _effective_changes(base_records, new_records, tasks, threshold) -> list[Chan
     return changes
 
 
-def failed(changes: list[Change]) -> bool:
-    return any(c.status in ("worse", "missing", "failed") for c in changes)
+def failed(changes: list[Change], strict: bool = False) -> bool:
+    return any(c.status in BAD or (strict and c.status == "changed") for c in changes)
 
 
-def to_markdown(changes: list[Change], notes: list[str], rtol: float) -> str:
-    bad = [c for c in changes if c.status in ("worse", "missing", "failed")]
-    head = f"### ctxbench compare: {'FAIL' if bad else 'PASS'} — {len(bad)} of {len(changes)} cells worse (rtol {rtol:g}, beyond noise)\n"
+def to_markdown(changes: list[Change], notes: list[str], rtol: float, strict: bool = False) -> str:
+    bad = [c for c in changes if c.status in BAD or (strict and c.status == "changed")]
+    moved = sum(1 for c in changes if c.status == "changed")
+    head = (f"### ctxbench compare: {'FAIL' if bad else 'PASS'} — {len(bad)} of {len(changes)} cells worse (rtol {rtol:g})"
+            + (f", {moved} changed" if moved else "") + "\n")  # fmt: skip
     lines = [head, *[f"> {n}" for n in notes], "",
              "| task | method | factor | length | depth | metric | base | new | change | status | why |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for c in changes:
+        flag = c.status in BAD or (strict and c.status == "changed")
         lines.append("| " + " | ".join([
             c.key["task"] + (f" {c.key['variant']}" if c.key.get("variant") else ""), c.key["label"], c.key["factor"] or "any",
             c.key["length"], c.key["depth"] or "—", c.key["metric"], fmt(c.base, c.base_ci, c.key["metric"]), fmt(c.new, c.new_ci, c.key["metric"]), pct(c),
-            ("**" + c.status + "**") if c.status in ("worse", "missing", "failed") else c.status, c.reason,
+            ("**" + c.status + "**") if flag else c.status, c.reason,
         ]) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 

@@ -1,10 +1,17 @@
 """The one pivot every report format shows: method label x length, per task, variant, factor and
 headline metric, each cell with its 95% interval and sample size.
 
-Headline rows are a task's aggregate rows of its headline metric (``ppl`` for perplexity,
-``accuracy`` for retrieval tasks; ``doc`` and ``trial`` empty or ``all``). Methods that ignore
-the factor are run once and written with an empty factor; the pivot shows them beside every
-factor of the same task (the baseline row of each table).
+Headline rows are a task's aggregate rows of its headline metric, as the task declares it
+(:class:`ctxbench.tasks.base.Task`: ``metric``, ``higher_is_better``, ``fraction``; ``doc`` and
+``trial`` empty or ``all``). Methods that ignore the factor are run once and written with an
+empty factor; the pivot shows them beside every factor of the same task (the baseline row of
+each table).
+
+Cells are told apart by their whole identity (:data:`ctxbench.identity.IDENTITY`): runs of one
+task that differ in anything else that changes a number — the data (its name or digest), the
+model's weights, a sliding stride, a task option such as ``--chat`` or ``--digits``, the dtype,
+the seed — make separate tables, each titled with what sets it apart, rather than one run's
+cell silently standing in for another's.
 """
 
 from __future__ import annotations
@@ -12,16 +19,26 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-HEADLINE_FALLBACK = {"ppl": ("ppl", False), "passkey": ("accuracy", True)}
+
+class Headline(NamedTuple):
+    metric: str
+    higher_is_better: bool
+    fraction: bool  # a fraction in [0, 1]: shown as a percent, changes in points
 
 
-def headline_of(task_name: str, tasks: dict | None) -> tuple[str, bool]:
-    """(metric, higher_is_better) of a task, also for files whose task is not installed."""
+# Files whose task is not installed here (a plug-in's rows): the built-ins' declarations.
+HEADLINE_FALLBACK = {"ppl": Headline("ppl", False, False)}
+RETRIEVAL = Headline("accuracy", True, True)
+
+
+def headline_of(task_name: str, tasks: dict | None) -> Headline:
+    """What a task's headline metric is and means, also for files whose task is not installed."""
     if tasks and task_name in tasks:
         t = tasks[task_name]
-        return t.metric, t.higher_is_better
-    return HEADLINE_FALLBACK.get(task_name, ("accuracy", True))
+        return Headline(t.metric, t.higher_is_better, t.fraction)
+    return HEADLINE_FALLBACK.get(task_name, RETRIEVAL)
 
 
 @dataclass
@@ -45,13 +62,15 @@ class Pivot:
     rows: dict[str, dict[int, PivotCell]] = field(default_factory=dict)  # label -> length -> cell
     effective: dict[str, int | None] = field(default_factory=dict)  # label -> effective length
     trained_len: int | None = None
+    fraction: bool = False  # values are fractions: shown as percents
+    setting: str = ""  # what sets this table apart from another of the same task (e.g. "chat=true")
 
     @property
     def title(self) -> str:
         what = self.task + (f" {self.variant}" if self.variant and self.variant != "default" else "")
         what += "" if self.metric == self.task else f" {self.metric}"
         factor = f"factor {self.factor}" if self.factor else "any factor"
-        return f"{what} — {self.model}, {factor}"
+        return f"{what} — {self.model}, {factor}" + (f" ({self.setting})" if self.setting else "")
 
 
 def _num(text, default=None):
@@ -71,19 +90,26 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
           baseline: str | None = None) -> list[Pivot]:  # fmt: skip
     """Pivots from result records (dicts of strings), filtered by task names, method labels or
     names, factors and lengths (lists or None)."""
+    from .identity import field
+
     groups: dict[tuple, list[dict]] = {}
     bounds: dict[tuple, dict[str, float]] = {}
     per_trial: dict[tuple, set] = {}  # trials seen per depth cell: the count when an old row lacks extra.trials
+    settings: dict[tuple, dict[str, str]] = {}  # setting key -> its identity columns, for titles
     for r in records:
         if r.get("status") != "ok":
             continue
-        key = (r["model"], r["task"], r.get("variant", ""), r.get("label") or r["method"], _fmt_factor(r["factor"]), int(float(r["length"])))
+        ident = {c: field(r, c) for c in (*SETTING, "length")}
+        setting = _setting(ident)
+        settings[setting] = ident
+        key = (r["model"], r["task"], r.get("variant", ""), setting, r.get("label") or r["method"], _fmt_factor(r["factor"]),
+               int(float(r["length"])))  # fmt: skip
         if r.get("trial", "") not in ("", "all"):
             per_trial.setdefault((*key, r.get("depth", "")), set()).add(r["trial"])
             continue
         if r.get("doc", "") not in ("", "all"):
             continue
-        metric, _ = headline_of(r["task"], tasks)
+        metric = headline_of(r["task"], tasks).metric
         if r["metric"] == metric:
             groups.setdefault(key, []).append(r)
         elif r["metric"] in (metric + "_lo", metric + "_hi"):
@@ -91,41 +117,95 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
     if task:
         groups = {k: v for k, v in groups.items() if k[1] in task}
     if method:
-        groups = {k: v for k, v in groups.items() if k[3] in method or v[0]["method"] in method}
+        groups = {k: v for k, v in groups.items() if k[4] in method or v[0]["method"] in method}
     if length:
-        groups = {k: v for k, v in groups.items() if k[5] in length}
+        groups = {k: v for k, v in groups.items() if k[6] in length}
     tables: dict[tuple, Pivot] = {}
     factors: dict[tuple, set[str]] = {}
-    for (model, t, variant, _label, f, _n) in groups:
+    for (model, t, variant, setting, _label, f, _n) in groups:
         if f:
-            factors.setdefault((model, t, variant), set()).add(f)
-    for (model, t, variant, label, f, n), rows in groups.items():
-        metric, higher = headline_of(t, tasks)
+            factors.setdefault((model, t, variant, setting), set()).add(f)
+    titles = _setting_titles({k[:4] for k in groups}, settings)
+    for (model, t, variant, setting, label, f, n), rows in groups.items():
+        head = headline_of(t, tasks)
         # a factor-free cell (the method ignores the factor) joins every factor's table
-        targets = [f] if f else sorted(factors.get((model, t, variant), {""}), key=lambda x: _num(x, 0))
+        targets = [f] if f else sorted(factors.get((model, t, variant, setting), {""}), key=lambda x: _num(x, 0))
         if factor:
             targets = [x for x in targets if _num(x) in factor]
         latest = {row.get("depth", ""): row for row in rows}  # per depth, the last run of the cell
         if len(latest) == 1:
             r = rows[-1]
             extra = _extra(r)
-            b = bounds.get((model, t, variant, label, f, n, r.get("depth", "")), {})
+            b = bounds.get((model, t, variant, setting, label, f, n, r.get("depth", "")), {})
             cell = PivotCell(_num(r["value"], float("nan")), b.get("lo"), b.get("hi"), extra.get("trials") or extra.get("docs"))
         else:
-            trials = {d: len(per_trial.get((model, t, variant, label, f, n, d), ())) for d in latest}
+            trials = {d: len(per_trial.get((model, t, variant, setting, label, f, n, d), ())) for d in latest}
             cell, extra = _pooled(list(latest.values()), trials)
         for target in targets:
-            p = tables.setdefault((model, t, variant, target), Pivot(model, t, variant, target, metric, higher, []))
+            p = tables.setdefault((model, t, variant, setting, target),
+                                  Pivot(model, t, variant, target, head.metric, head.higher_is_better, [], fraction=head.fraction,
+                                        setting=titles[(model, t, variant, setting)]))  # fmt: skip
             p.rows.setdefault(label, {})[n] = cell
             p.trained_len = p.trained_len or extra.get("trained_len")
     out = []
-    for key in sorted(tables, key=lambda k: (k[0], k[1], k[2], _num(k[3], 0))):
+    for key in sorted(tables, key=lambda k: (k[0], k[1], k[2], k[3], _num(k[4], 0))):
         p = tables[key]
         p.lengths = sorted({n for cells in p.rows.values() for n in cells})
         if baseline:
             _add_changes(p, baseline)
         out.append(p)
     return out
+
+
+# Identity columns that set a table apart (the others are its axes: label, factor, length, depth).
+SETTING = ("dataset", "data_digest", "model_digest", "stride", "options", "dtype", "seed")
+
+
+def _setting(ident: dict) -> tuple:
+    """The part of a cell's identity that is neither a table axis nor the model/task/variant. A
+    stride equal to the length (truncate mode) is the usual case and reads as empty."""
+    stride = "" if ident["stride"] in ("", ident["length"]) else ident["stride"]
+    return tuple(stride if c == "stride" else ident[c] for c in SETTING)
+
+
+def _setting_titles(tables: set[tuple], settings: dict) -> dict[tuple, str]:
+    """For each (model, task, variant, setting): the columns in which it differs from another
+    table of the same model, task and variant, as ``chat=true, dtype bfloat16`` ("" when alone)."""
+    siblings: dict[tuple, list[tuple]] = {}
+    for key in tables:
+        siblings.setdefault(key[:3], []).append(key[3])
+    out = {}
+    for key in tables:
+        others = siblings[key[:3]]
+        parts = []
+        for i, column in enumerate(SETTING):
+            if len({s[i] for s in others}) < 2:
+                continue
+            value = key[3][i]
+            if column == "options":
+                parts += _option_diff(value, [s[i] for s in others])
+            elif column == "stride":
+                parts.append(f"stride {value}" if value else "truncate")
+            elif column.endswith("_digest"):
+                parts.append(f"{column.split('_')[0]} {value.split(':')[-1][:8]}")
+            else:
+                parts.append(f"{column} {value}")
+        out[key] = ", ".join(parts)
+    return out
+
+
+def _option_diff(options: str, all_options: list[str]) -> list[str]:
+    """``key=value`` for each task option whose value is not the same in every table."""
+    def parse(text):
+        try:
+            value = json.loads(text or "{}")
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    mine, every = parse(options), [parse(o) for o in all_options]
+    keys = sorted({k for o in every for k in o})
+    return [f"{k}={json.dumps(mine.get(k))}" for k in keys if len({json.dumps(o.get(k)) for o in every}) > 1]
 
 
 def _pooled(rows: list[dict], counted: dict) -> tuple[PivotCell, dict]:
@@ -162,7 +242,7 @@ def _add_changes(p: Pivot, baseline: str) -> None:
     for label, cells in p.rows.items():
         for n, cell in cells.items():
             if n in base and label != baseline and not math.isnan(base[n].value):
-                if p.higher_is_better:
+                if p.fraction:  # points
                     cell.change = cell.value - base[n].value
                 else:
                     cell.change = cell.value / base[n].value - 1 if base[n].value else None
@@ -172,7 +252,7 @@ def fmt_value(p: Pivot, cell: PivotCell | None, intervals: bool = True) -> str:
     """A cell for people: ``75% [47-92%] n=12`` for accuracy, ``5.726 [5.61-5.85]`` for ppl."""
     if cell is None or math.isnan(cell.value):
         return "—"
-    percent = p.higher_is_better
+    percent = p.fraction
     text = f"{cell.value:.0%}" if percent else f"{cell.value:.4g}"
     if intervals and cell.lo is not None and cell.hi is not None:
         text += f" [{cell.lo:.0%}–{cell.hi:.0%}]" if percent else f" [{cell.lo:.4g}–{cell.hi:.4g}]"

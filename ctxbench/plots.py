@@ -1,12 +1,8 @@
 """PNG plots for people (matplotlib's headless Agg backend), each with a title naming the model,
-task and factor, and a legend:
-
-- perplexity against length per (model, factor), one line per method label with its 95% band,
-  the trained length marked;
-- loss by position per (model, factor, length): mean NLL per 512-position bucket for each method
-  label, the trained length marked;
-- accuracy heatmaps (depth x length) per (model, task, method label, factor) for the retrieval
-  tasks.
+task and factor, and a legend. Each task owns its plots (``Task.plots``: perplexity's are in
+:mod:`ctxbench.tasks.ppl`); this module holds what they share — the figure helpers and the
+accuracy heatmaps (depth x length) per (model, task, method label, factor) that the retrieval
+tasks draw — and :func:`write_plots`, which asks every task for its own.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from .errors import UserError
 from .pivot import len_label
 
 
-def _plt():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -27,125 +23,58 @@ def _plt():
     return plt
 
 
-def _safe(name) -> str:
+def safe_name(name) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(name))
 
 
-def _extra(r) -> dict:
+def extra_of(r) -> dict:
     try:
         return json.loads(r.get("extra") or "{}")
     except ValueError:
         return {}
 
 
-def _factor(r) -> str:
+def factor_of(r) -> str:
     try:
         return f"{float(r['factor']):g}"
     except ValueError:
         return ""
 
 
-def _mark_trained(ax, trained: int, text: str) -> None:
+def mark_trained(ax, trained: int, text: str) -> None:
     ax.axvline(trained, color="grey", linestyle="--", linewidth=1)
     ax.text(trained, ax.get_ylim()[1], f" {text}", va="top", ha="left", color="grey", fontsize=8)
 
 
-def _save(plt, fig, path: Path, paths: list[Path]) -> None:
+def save(plt, fig, path: Path, paths: list[Path]) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     paths.append(path)
 
 
-def _ok(records, task, metric):
+def ok_rows(records, task, metric):
     return [r for r in records if r["task"] == task and r["metric"] == metric and r["status"] == "ok"]
 
 
-def _by_factor(rows):
+def by_factor(rows):
     """Rows grouped by (model, factor); factor-free rows (methods that ignore the factor) join every group."""
-    factors = {(r["model"], _factor(r)) for r in rows if _factor(r)}
+    factors = {(r["model"], factor_of(r)) for r in rows if factor_of(r)}
     out: dict[tuple, list] = {}
     for r in rows:
-        f = _factor(r)
+        f = factor_of(r)
         targets = [k for k in factors if k[0] == r["model"]] if not f else [(r["model"], f)]
         for k in targets or [(r["model"], "")]:
             out.setdefault(k, []).append(r)
     return out
 
 
-def ppl_plots(records: list[dict], directory: Path) -> list[Path]:
-    from matplotlib import ticker
-
-    plt = _plt()
-    paths = []
-    rows = _ok(records, "ppl", "ppl")
-    bounds = {(r["model"], r["label"], _factor(r), r["length"], r["metric"]): float(r["value"])
-              for r in records if r["task"] == "ppl" and r["metric"] in ("ppl_lo", "ppl_hi") and r["status"] == "ok"}  # fmt: skip
-    for (model, factor), part in sorted(_by_factor([r for r in rows if r["doc"] == "all"]).items()):
-        fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
-        trained = None
-        for label in sorted({r["label"] for r in part}):
-            mine = sorted((r for r in part if r["label"] == label), key=lambda r: int(r["length"]))
-            xs = [int(r["length"]) for r in mine]
-            ys = [float(r["value"]) for r in mine]
-            line, = ax.plot(xs, ys, marker="o", label=label)
-            lo = [bounds.get((model, label, _factor(r), r["length"], "ppl_lo")) for r in mine]
-            hi = [bounds.get((model, label, _factor(r), r["length"], "ppl_hi")) for r in mine]
-            if all(v is not None for v in lo + hi):
-                ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
-            trained = trained or _extra(mine[0]).get("trained_len")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        lengths = sorted({int(r["length"]) for r in part})
-        ax.set_xticks(lengths, [len_label(n) for n in lengths])
-        ax.xaxis.set_minor_locator(ticker.NullLocator())
-        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
-        ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_locator(ticker.NullLocator())
-        if trained:
-            _mark_trained(ax, trained, f"trained {len_label(trained)}")
-        ax.set_xlabel("sequence length (tokens)")
-        ax.set_ylabel("perplexity (log scale; band: 95% bootstrap)")
-        ax.set_title(f"ppl vs length — {model}, factor {factor or 'any'}", fontsize=10)
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8)
-        _save(plt, fig, directory / f"ppl-{_safe(model)}-x{factor or 'any'}.png", paths)
-    paths += position_plots(records, directory)
-    return paths
-
-
-def position_plots(records: list[dict], directory: Path) -> list[Path]:
-    """NLL against position, one figure per (model, factor, length) that has nll_pos rows."""
-    plt = _plt()
-    paths = []
-    rows = _ok(records, "ppl", "nll_pos")
-    for (model, factor), part in sorted(_by_factor(rows).items()):
-        for length in sorted({int(r["length"]) for r in part}):
-            mine = [r for r in part if int(r["length"]) == length]
-            fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
-            trained = None
-            for label in sorted({r["label"] for r in mine}):
-                pts = sorted((_extra(r)["pos"], float(r["value"])) for r in mine if r["label"] == label)
-                xs = [(a + b) / 2 for (a, b), _ in pts]
-                ax.plot(xs, [v for _, v in pts], label=label, linewidth=1.4, marker="o" if len(pts) <= 8 else None, markersize=4)  # few buckets: show them
-                trained = trained or _extra(mine[0]).get("trained_len")
-            if trained and trained < length:
-                _mark_trained(ax, trained, f"trained L = {len_label(trained)}")
-            ax.set_xlabel("target position (tokens; 512-token buckets)")
-            ax.set_ylabel("mean NLL (nats)")
-            ax.set_title(f"loss by position — {model}, {len_label(length)} tokens, factor {factor or 'any'}", fontsize=10)
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
-            _save(plt, fig, directory / f"nll-position-{_safe(model)}-{len_label(length)}-x{factor or 'any'}.png", paths)
-    return paths
-
-
 def depth_heatmaps(records: list[dict], directory: Path, task: str, metric: str = "correct") -> list[Path]:
     """Mean per-trial score, depth x length, per (model, variant, method label, factor)."""
-    plt = _plt()
+    plt = pyplot()
     paths = []
-    rows = [r for r in _ok(records, task, metric) if r["depth"] not in ("", None)]
-    for (model, factor), part in sorted(_by_factor(rows).items()):
+    rows = [r for r in ok_rows(records, task, metric) if r["depth"] not in ("", None)]
+    for (model, factor), part in sorted(by_factor(rows).items()):
         for variant, label in sorted({(r.get("variant", ""), r["label"]) for r in part}):
             mine = [r for r in part if r["label"] == label and r.get("variant", "") == variant]
             depths = sorted({float(r["depth"]) for r in mine}, reverse=True)
@@ -171,7 +100,7 @@ def depth_heatmaps(records: list[dict], directory: Path, task: str, metric: str 
             n = max(max(r) for r in counts)
             ax.set_title(f"{what}: {label}, factor {factor or 'any'} — {model} ({n} trials/cell)", fontsize=9)
             fig.colorbar(image, ax=ax, fraction=0.05, label="accuracy")
-            _save(plt, fig, directory / f"{task}-{_safe(model)}-{_safe(variant) + '-' if variant else ''}{_safe(label)}-x{factor or 'any'}.png", paths)
+            save(plt, fig, directory / f"{task}-{safe_name(model)}-{safe_name(variant) + '-' if variant else ''}{safe_name(label)}-x{factor or 'any'}.png", paths)
     return paths
 
 

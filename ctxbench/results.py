@@ -1,9 +1,11 @@
 """Tidy result rows and the CSV file that holds them: atomic, resumable, schema-checked.
 
 One row per measured value (README "Results"). A *cell* is the unit of work that is
-resumed: (model digest, data digest, task, method, method params, factor, length, stride, depth,
-seed). Its rows — one per doc or trial and metric, plus the aggregates — are written together,
-so a cell is either wholly in the file or not at all. Every write goes to a temporary file in
+resumed (its identity: :mod:`ctxbench.identity`). Its rows — one per doc or trial and metric,
+plus the aggregates — are written together, so a cell is either wholly in the file or not at all;
+a cell that a hand edit left partial runs again. Columns a file has that ctxbench does not
+know (a user's own notes) are kept on every write. A file that is not a ctxbench results file
+is never overwritten, ``--no-resume`` or not; a symlinked file is written through its link. Every write goes to a temporary file in
 the same directory that is fsynced and renamed over the target: a killed run leaves a valid CSV
 holding every cell it finished.
 
@@ -30,20 +32,21 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from .errors import UserError
+from .identity import IDENTITY, WITHIN, cell_key, finished, legacy_options, row_key
+
+__all__ = ["COLUMNS", "CELL_KEY", "ROW_KEY", "Row", "ResultsFile", "cell_key", "row_key", "read_records", "write_records"]
 
 COLUMNS = [
     "run_id", "time", "model", "model_digest", "dataset", "data_digest", "task", "method", "label",
     "factor", "length", "stride", "depth", "variant", "trial", "doc", "metric", "value", "tokens", "seconds",
-    "status", "device", "dtype", "seed", "method_params", "ctxbench_version", "torch_version",
-    "transformers_version", "mode", "answer", "extra",
+    "status", "device", "dtype", "seed", "method_params", "options", "ctxbench_version", "torch_version",
+    "transformers_version", "mode", "answer", "extra", "pos_start", "pos_end",
 ]  # fmt: skip
 # Columns added after the first release: files without them still load (see read_records).
-LATER_COLUMNS = {"label", "variant"}
+LATER_COLUMNS = {"label", "variant", "options", "pos_start", "pos_end"}
 
-# Columns that identify a cell (the unit that is resumed and compared).
-CELL_KEY = ["model_digest", "data_digest", "task", "method", "label", "method_params", "factor", "length", "stride", "depth", "variant", "seed"]
-# Columns that identify one value inside a cell.
-ROW_KEY = [*CELL_KEY, "trial", "doc", "metric"]
+CELL_KEY = IDENTITY  # columns that identify a cell (the unit that is resumed and compared)
+ROW_KEY = [*IDENTITY, *WITHIN]  # columns that identify one value inside a cell
 
 
 @dataclass
@@ -75,12 +78,15 @@ class Row:
     dtype: str
     seed: int
     method_params: str
+    options: str  # JSON of the task options that are part of the cell's identity
     ctxbench_version: str
     torch_version: str
     transformers_version: str
     mode: str = ""
     answer: str = ""
     extra: str = ""
+    pos_start: int | str = ""  # first target position of a loss-by-position bucket
+    pos_end: int | str = ""  # one past its last
 
     def as_strings(self) -> dict[str, str]:
         return {k: _fmt(v) for k, v in asdict(self).items()}
@@ -97,44 +103,14 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _field(record: dict, column: str):
-    """A key column's value; a row without a label has the label derived from its method."""
-    if column == "label" and not record.get("label"):
-        return derived_label(record.get("method", ""), record.get("method_params", ""))
-    return record.get(column, "")
-
-
-def cell_key(record: dict) -> tuple[str, ...]:
-    return tuple(_norm(_field(record, c)) for c in CELL_KEY)
-
-
-def row_key(record: dict) -> tuple[str, ...]:
-    return tuple(_norm(_field(record, c)) for c in ROW_KEY)
-
-
-def _norm(value) -> str:
-    """Normalise numbers so '2', '2.0' and 2.0 compare equal in keys."""
-    text = _fmt(value)
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    return repr(int(number)) if number.is_integer() else repr(number)
-
-
 def trials_by_cell(records: Iterable[dict]) -> dict[tuple[str, ...], int]:
-    """The finished cells of ``records`` (every row ``ok``) and how many distinct numbered trials
-    each holds; a cell of only summary rows (perplexity, or rows from before trials were rows) has 0."""
-    trials: dict[tuple[str, ...], set[str]] = {}
-    failed = set()
-    for r in records:
-        key = cell_key(r)
-        if r.get("status") != "ok":
-            failed.add(key)
-        numbered = trials.setdefault(key, set())
-        if str(r.get("trial", "")).isdigit():
-            numbered.add(str(r["trial"]))
-    return {key: len(t) for key, t in trials.items() if key not in failed}
+    """The finished cells of ``records`` (every row ``ok``, the cell whole) and how many distinct
+    numbered trials each holds (0 for a cell of documents or summary rows only)."""
+    return finished(records)
+
+
+class ForeignFile(UserError):
+    """A file that is not a ctxbench results CSV: never overwritten."""
 
 
 def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, str]]:
@@ -150,7 +126,11 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
         return []
     if path.is_dir():
         raise UserError(f"'{path}' is a directory, not a results CSV", "give the path of a .csv file")
-    return _parse(path, path.read_bytes())[1]
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read results file '{path}': {exc.strerror}", "check the path and its permissions") from None
+    return _parse(path, data)[1]
 
 
 def _parse(path: Path, data: bytes) -> tuple[list[str], list[dict[str, str]]]:
@@ -162,15 +142,20 @@ def _parse(path: Path, data: bytes) -> tuple[list[str], list[dict[str, str]]]:
     header = next(reader)
     missing = [c for c in COLUMNS if c not in header and c not in LATER_COLUMNS]
     if missing:
-        raise UserError(
+        raise ForeignFile(
             f"'{path}' is not a ctxbench results CSV (missing columns: {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''})",
-            "give a CSV written by ctxbench ppl/passkey/sweep",
+            "give a CSV written by ctxbench ppl/passkey/sweep, or another --out (ctxbench never overwrites other files)",
         )
+    if len(set(header)) != len(header):
+        dup = next(c for c in header if header.count(c) > 1)
+        raise UserError(f"'{path}' has the column '{dup}' twice", "remove the second one (a hand edit?)")
     return header, _parse_rows(path, reader, header, text, line_offset=0)
 
 
 def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: int) -> list[dict[str, str]]:
     records = []
+    legacy = "options" not in header  # written before options were part of a cell's identity
+    tasks = _registry() if legacy else None
     for values in reader:
         if not values:
             continue
@@ -184,6 +169,8 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
         if not record.get("label"):
             record["label"] = derived_label(record["method"], record["method_params"])
         record.setdefault("variant", "")
+        if legacy:
+            record["options"] = legacy_options(record, tasks)
         records.append(record)
     if text and not text.endswith("\n"):
         raise UserError(f"'{path}' does not end with a newline: the file is truncated", "restore or regenerate it")
@@ -210,15 +197,35 @@ def derived_label(method: str, params_json: str) -> str:
     return default_label(method, shown, defaults)
 
 
-def _serialize(records: Iterable[dict]) -> str:
+def _registry() -> dict:
+    from .tasks import registry
+
+    try:
+        return registry()
+    except UserError:
+        return {}
+
+
+def _serialize(records: Iterable[dict], columns: list[str] = COLUMNS) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     for record in records:
-        writer.writerow({c: _fmt(record.get(c, "")) for c in COLUMNS})
+        writer.writerow({c: _fmt(record.get(c, "")) for c in columns})
     return buf.getvalue()
 
 
-HEADER = _serialize([dict(zip(COLUMNS, COLUMNS, strict=True))]).encode()
+def _header(columns: list[str]) -> bytes:
+    return _serialize([dict(zip(columns, columns, strict=True))], columns).encode()
+
+
+HEADER = _header(COLUMNS)
+
+
+def target(path: str | Path) -> Path:
+    """Where writes to ``path`` go: through a symlink to the file it names (replacing the link by
+    a plain file would detach a user's ``latest.csv -> runs/2026-11-24.csv``)."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def lock_path(path: str | Path) -> Path:
@@ -245,7 +252,7 @@ def _locked(path: Path, lock: FileLock | None = None) -> Iterator[None]:
 
 def write_records(path: str | Path, records: Iterable[dict]) -> None:
     """Write rows atomically (temp file in the same directory, fsync, rename) under the file's lock."""
-    path = Path(path)
+    path = target(path)
     check_writable(path)
     with _locked(path):
         _atomic_write(path, HEADER + _serialize(records).encode()).close()
@@ -310,7 +317,7 @@ class ResultsFile:
     """
 
     def __init__(self, path: str | Path, resume: bool = True) -> None:
-        self.path = Path(path)
+        self.path = target(path)
         check_writable(self.path)
         self._lock = FileLock(str(lock_path(self.path)), timeout=LOCK_TIMEOUT)
         self._mutex = threading.RLock()
@@ -319,15 +326,18 @@ class ResultsFile:
         self._blob: bytes | None = b""  # its bytes, if its header is HEADER (else: rebuild on write)
         self._lines = 0  # newline count of _blob
         self._records: list[dict] = []
+        self._columns = list(COLUMNS)  # ours, then any the file has that we do not know (kept)
         self._cells: set[tuple[str, ...]] = set()
         self._initial: set[tuple[str, ...]] | None = None  # resume=False: rows to drop at first write
         self._damaged: tuple | None = None  # resume=False: stamp of an unreadable file to replace
         try:
             self._refresh()  # no lock needed to read: a rename swaps whole files
+        except ForeignFile:
+            raise  # not ours: never overwritten, whatever --resume says
         except UserError:
             if resume:
                 raise
-            self._damaged = self._stamp_of_path()
+            self._damaged = self._stamp_of_path()  # ours but damaged: --no-resume starts it afresh
         if not resume:
             self._initial = {_row_tuple(r) for r in self._records}
 
@@ -341,11 +351,12 @@ class ResultsFile:
             return [r for r in self._records if _row_tuple(r) not in self._initial]
 
     def done_cells(self) -> dict[tuple[str, ...], int]:
-        """Cells whose rows are all ``ok`` (failed cells run again on resume), each with how many
-        trials it holds (0 for a cell without trial rows), re-read if another writer changed the file."""
+        """Cells whose rows are all ``ok`` and whole (failed or partial cells run again on resume),
+        each with how many trials it holds (0 for a cell without trial rows), re-read if another
+        writer changed the file."""
         with self._mutex:
             records = self.records
-        return trials_by_cell(records)
+        return finished(records)
 
     def add(self, rows: Iterable[Row | dict]) -> None:
         """Save one cell's rows, replacing any earlier rows of the same cell, keeping every other row."""
@@ -359,8 +370,8 @@ class ResultsFile:
                 drop = self._initial or set()
                 self._records = [r for r in self._records if cell_key(r) not in keys and _row_tuple(r) not in drop] + new
                 self._cells = {cell_key(r) for r in self._records}
-                body = _serialize(self._records)
-                blob = HEADER + body.encode()
+                body = _serialize(self._records, self._columns)
+                blob = _header(self._columns) + body.encode()
                 self._lines = 1 + body.count("\n")
             else:
                 self._records += new
@@ -385,6 +396,7 @@ class ResultsFile:
 
     def _forget(self) -> None:
         self._blob, self._lines, self._records, self._cells = b"", 0, [], set()
+        self._columns = list(COLUMNS)
 
     def _hold(self, f, blob: bytes | None) -> None:
         if self._held is not None:
@@ -406,6 +418,11 @@ class ResultsFile:
             return
         try:
             data = f.read()
+            if not data.strip():  # an empty file (touch results.csv) holds no rows: fill it
+                f.close()
+                self._forget()
+                self._hold(None, b"")
+                return
             if self._blob and self._lines and len(data) > len(self._blob) and data.startswith(self._blob):
                 tail = data[len(self._blob):].decode("utf-8", errors="replace")  # rows appended by others
                 new = _parse_rows(self.path, csv.reader(io.StringIO(tail)), COLUMNS, tail, line_offset=self._lines)
@@ -416,6 +433,7 @@ class ResultsFile:
             else:
                 header, self._records = _parse(self.path, data)
                 self._cells = {cell_key(r) for r in self._records}
+                self._columns = COLUMNS + [c for c in header if c not in COLUMNS]
                 blob = data if data.startswith(HEADER) and header == COLUMNS else None
                 self._lines = data.count(b"\n")
         except BaseException:

@@ -36,6 +36,13 @@ class ModelConfig:
     device_map: str | None = None
     quantization: str | None = None
 
+    def check(self) -> None:
+        """What can be checked without loading: the model's files are where it says (a missing
+        path fails here, before the plan)."""
+        from .modelfiles import locate
+
+        locate(self.model)
+
     def load(self):
         from .models import load
 
@@ -65,6 +72,15 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     trained_len: int | None = None
     keys: set = field(default_factory=set)  # cell keys of the whole grid (every rank's share)
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM during a run: how many of the grid's cells the results file keeps (the
+    CLI turns this into one line with the command that resumes)."""
+
+    def __init__(self, kept: int, out, signal_name: str = "SIGINT") -> None:
+        super().__init__(f"interrupted by {signal_name}")
+        self.kept, self.out, self.signal_name = kept, out, signal_name
 
 
 def new_run_id() -> str:
@@ -104,25 +120,29 @@ def execute(
     dry_run: bool = False,
 ) -> Outcome:
     """Run every job on one model load. ``model`` is a :class:`ModelConfig` or an already loaded
-    model; ``console`` (a rich Console) shows the plan, progress with an ETA and the summary."""
+    model; ``console`` (a rich Console) shows the plan, progress with an ETA and the summary.
+
+    Everything a user can get wrong is checked before the plan is shown: the results file (never
+    one that is not ctxbench's), the model's files (by loading it), and each task's preparation
+    (its data, lengths too short for its prompt). A dry run checks what it can without loading."""
     from . import distributed
     from .plan import plan_table, print_plan
 
-    if out is not None:
-        from .results import check_writable
-
-        check_writable(out)
     w = distributed.world()
     show = console if console is not None and w.rank == 0 else None
-    name = model.model if isinstance(model, ModelConfig) else model.name
     if isinstance(model, ModelConfig):
-        plan = plan_table(jobs, name, device=model.device, dtype=model.dtype)
-    else:  # already loaded: its own size
-        plan = plan_table(jobs, name, model.geometry.trained_len, device=model.device, dtype=model.dtype, size=_size_of(model))
-    if show is not None:
-        print_plan(show, plan, out)
+        model.check()
     if dry_run:
+        if out is not None:
+            from .results import check_writable
+
+            check_writable(out)
+        name = model.model if isinstance(model, ModelConfig) else model.name
+        plan = plan_table(jobs, name, device=model.device, dtype=model.dtype) if isinstance(model, ModelConfig) else _plan_of(jobs, model)
+        if show is not None:
+            print_plan(show, plan, out)
         return Outcome(records=[])
+    results = _results(out, resume)  # a foreign or unwritable --out fails here, before anything loads
     distributed.init(w)
     run_id = distributed.shared(w, new_run_id())
     if isinstance(model, ModelConfig):
@@ -132,22 +152,28 @@ def execute(
                 lm = model.load()
         else:
             lm = model.load()
-        if show is not None and not plan.measured and plan.flops > CALIBRATE_ABOVE:
-            _calibrated(show, lm, plan)
     else:
         lm = model
-    results = _results(out, resume)
+    contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
+    plan = _plan_of(jobs, lm)
+    if show is not None:
+        print_plan(show, plan, out)
+        if isinstance(model, ModelConfig) and not plan.measured and plan.flops > CALIBRATE_ABOVE:
+            _calibrated(show, lm, plan)
     outcome = Outcome(records=[], run_id=run_id, trained_len=lm.geometry.trained_len)
     from .progress import TokenProgress
 
-    with TokenProgress(show, lm.model) as progress:
-        for i, job in enumerate(jobs):
-            part = run_task(lm, job, results, seed=seed, run_id=run_id, shard=(w.rank, w.size) if w.active else None,
-                            progress=progress, planned_tokens=plan.jobs[i].tokens)  # fmt: skip
-            outcome.records += part.records
-            outcome.ran, outcome.skipped, outcome.failed = outcome.ran + part.ran, outcome.skipped + part.skipped, outcome.failed + part.failed
-            outcome.notes += [n for n in part.notes if n not in outcome.notes]
-            outcome.keys |= part.keys
+    try:
+        with TokenProgress(show, lm.model) as progress:
+            for i, job in enumerate(jobs):
+                part = run_task(lm, job, results, seed=seed, run_id=run_id, shard=(w.rank, w.size) if w.active else None,
+                                progress=progress, planned_tokens=plan.jobs[i].tokens, ctx=contexts[i])  # fmt: skip
+                outcome.records += part.records
+                outcome.ran, outcome.skipped, outcome.failed = outcome.ran + part.ran, outcome.skipped + part.skipped, outcome.failed + part.failed
+                outcome.notes += [n for n in part.notes if n not in outcome.notes]
+                outcome.keys |= part.keys
+    except KeyboardInterrupt as exc:  # every finished cell is already in the file (saved cell by cell)
+        raise Interrupted(len(results.done_cells()), out, getattr(exc, "signal_name", "SIGINT")) from None
     if w.active:
         distributed.barrier(w)
         if out is not None:  # every rank's cells are in the file now
@@ -158,6 +184,13 @@ def execute(
     if show is not None:
         _summarise(show, jobs, outcome, out)
     return outcome
+
+
+def _plan_of(jobs, lm):
+    """The plan of a loaded model: its own trained length and size."""
+    from .plan import plan_table
+
+    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=_size_of(lm))
 
 
 def _results(out, resume):
@@ -218,6 +251,7 @@ def run_task(
     shard: tuple[int, int] | None = None,
     progress=None,
     planned_tokens: int = 0,
+    ctx=None,
 ) -> Outcome:
     """Run every cell of ``job``'s grid that ``results`` does not hold yet.
 
@@ -233,7 +267,7 @@ def run_task(
 
     task, settings = job.task, job.settings
     torch.manual_seed(seed)
-    ctx = task.prepare(lm, settings)
+    ctx = task.prepare(lm, settings) if ctx is None else ctx
     ctx.seed = seed
     grid = task.cells(settings, ctx)
     # Groups come from the whole grid, so a cell's group (and, sharded, its rank) never depends
@@ -247,7 +281,8 @@ def run_task(
     run_id = run_id or new_run_id()
     provenance = dict(
         run_id=run_id, model=lm.name, model_digest=lm.digest, dataset=ctx.dataset, data_digest=ctx.data_digest,
-        device=lm.device, dtype=lm.dtype, seed=seed, ctxbench_version=__version__,
+        device=lm.device, dtype=lm.dtype, seed=seed, options=json.dumps(task.identity(settings), sort_keys=True),
+        ctxbench_version=__version__,
         torch_version=torch.__version__, transformers_version=transformers.__version__,
     )
     extra_all = {"trained_len": lm.geometry.trained_len}
@@ -271,7 +306,8 @@ def run_task(
 
     def rows_for(cell: Cell, measurements: list[Measurement]) -> list[Row]:
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        cell_extra = dict(extra_all)
+        # every row says how many rows its cell has: a cell missing any (a hand edit) is partial
+        cell_extra = {**extra_all, "cell_rows": len(measurements)}
         if cell.factor is None:  # run once for every factor of the grid (the method ignores it)
             cell_extra["factors"] = factors
         return [
@@ -281,7 +317,8 @@ def run_task(
                 stride=cell.stride if cell.stride is not None else "", depth=cell.depth if cell.depth is not None else "",
                 variant=cell.variant, trial=m.trial, doc=m.doc, metric=m.metric, value=m.value, tokens=m.tokens,
                 seconds=m.seconds, status=m.status, method_params=params[(cell.method, cell.factor)], mode=m.mode,
-                answer=m.answer, extra=json.dumps({**m.extra, **cell_extra}, sort_keys=True), **provenance,
+                answer=m.answer, extra=json.dumps({**m.extra, **cell_extra}, sort_keys=True),
+                pos_start=m.pos[0] if m.pos else "", pos_end=m.pos[1] if m.pos and m.pos[1] is not None else "", **provenance,
             )
             for m in measurements
         ]

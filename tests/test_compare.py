@@ -79,17 +79,25 @@ def test_bad_files_exit_2_and_stay_untouched(tmp_path, kind):
     assert (bad.read_bytes() if bad.exists() else None) == before
 
 
-def _with_interval(value, lo, hi, length=4096):
-    return [_row(value=value, length=length), _row(value=lo, metric="ppl_lo", length=length), _row(value=hi, metric="ppl_hi", length=length)]
+def _with_interval(value, lo, hi, length=4096, data_digest="dd"):
+    rows = [_row(value=value, length=length), _row(value=lo, metric="ppl_lo", length=length), _row(value=hi, metric="ppl_hi", length=length)]
+    return [{**r, "data_digest": data_digest} for r in rows]
 
 
-def test_a_rerun_that_moved_within_its_noise_passes_and_a_10_percent_regression_fails(tmp_path):
+def test_on_other_data_a_move_within_its_noise_passes_and_a_10_percent_regression_fails(tmp_path):
     base = _with_interval(10.0, 9.0, 11.2)
-    noisy = _with_interval(10.6, 9.5, 11.8)  # +6% > rtol, but the intervals overlap
+    noisy = _with_interval(10.6, 9.5, 11.8, data_digest="other")  # +6% > rtol, but the intervals overlap
     assert _compare(*_files(tmp_path, base, noisy)).returncode == 0
-    worse = _with_interval(11.0, 10.9, 11.1)  # +10%, intervals apart
+    worse = _with_interval(11.0, 10.9, 11.1, data_digest="other")  # +10%, intervals apart
     proc = _compare(*_files(tmp_path, _with_interval(10.0, 9.9, 10.1), worse), "--format", "markdown")
     assert proc.returncode == 1 and "do not overlap" in proc.stdout
+
+
+def test_a_rerun_on_the_same_weights_and_data_has_no_noise_to_hide_in(tmp_path):
+    base = _with_interval(10.0, 9.0, 11.2)
+    moved = _with_interval(10.6, 9.5, 11.8)  # +6% with overlapping intervals, but the same digests: real
+    proc = _compare(*_files(tmp_path, base, moved), "--format", "markdown")
+    assert proc.returncode == 1 and "rerun on the same weights and data" in proc.stdout
 
 
 def test_a_shrinking_effective_length_is_worse(tmp_path):

@@ -195,7 +195,7 @@ def test_bad_settings_raise_one_clear_error(tiny_lm, corpus_dir, kwargs, message
 
 def _position_rows(records, method, length):
     rows = [r for r in records if r["metric"] == "nll_pos" and r["method"] == method and r["length"] == str(length)]
-    return sorted((json.loads(r["extra"])["pos"], float(r["value"]), int(r["tokens"])) for r in rows)
+    return sorted(([int(r["pos_start"]), int(r["pos_end"])], float(r["value"]), int(r["tokens"])) for r in rows)
 
 
 def test_loss_by_position_rows_average_back_to_the_aggregate_nll(tiny_lm, corpus_dir, monkeypatch):

@@ -126,7 +126,8 @@ def test_suite_errors_name_the_file_the_key_and_the_fix(tmp_path, text, words):
 
 
 def test_dry_run_prints_the_grid_without_loading_a_model(tmp_path, corpus_dir):
-    path = _write(tmp_path, GOOD.format(model="./does-not-exist", corpus=corpus_dir))
+    # a hub id that is not downloaded: a dry run needs no model files (a missing local path is an error, see test_bad_input)
+    path = _write(tmp_path, GOOD.format(model="someorg/not-downloaded", corpus=corpus_dir))
     proc = subprocess.run(["ctxbench", "sweep", str(path), "--dry-run"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "yarn" in proc.stdout and "cells" in proc.stdout

@@ -42,7 +42,8 @@ class Option:
     for each other. Leave it ``True`` for anything that can change a number; set it ``False``
     only when the value is already a cell column (depths -> ``depth``, variants -> ``variant``,
     stride -> ``stride``), when resume handles it another way (``trials``: a cell holding fewer
-    trials runs again), or when it provably cannot change a number.
+    trials runs again), when the task's ``data_digest`` covers it (ppl hashes the documents it
+    picked and the BOS choice), or when it provably cannot change a number.
 
     ``aliases``: older spellings of the flag (``--depth``), accepted but hidden from ``--help``,
     with a deprecation note on stderr: a renamed option keeps its old spelling for a release.
@@ -56,6 +57,7 @@ class Option:
     metavar: str | None = None
     identity: bool = True
     aliases: tuple[str, ...] = ()
+    alias_parse: Callable[[Any], Any] | None = None  # how an alias reads its value, where that differs
 
     @property
     def cli_flag(self) -> str:
@@ -98,6 +100,7 @@ class Measurement:
     answer: str = ""
     mode: str = ""
     extra: dict = field(default_factory=dict)
+    pos: tuple[int, int | None] | None = None  # [start, end) target positions a by-position value covers
 
 
 @dataclass

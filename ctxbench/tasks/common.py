@@ -1,4 +1,5 @@
-"""Small helpers task modules share: option parsers and the factor axis of a method."""
+"""Small helpers task modules share: option parsers (the depths option among them), the factor
+axis of a method, accuracy rows and shared-prefix decoding."""
 
 from __future__ import annotations
 
@@ -93,3 +94,53 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
             pending[cell] -= 1
             if pending[cell] == 0:
                 yield cell, [done[(cell, i)] for i in range(len(prompts_by_cell[cell]))]
+
+
+def parse_depths(depths: int | None = None, depth: str | None = None) -> list[float]:
+    """``depths`` N evenly spaced in [0, 1], or ``depth`` an explicit comma list (``0.1,0.5``);
+    default 5 depths (0, 0.25, 0.5, 0.75, 1)."""
+    if depths is not None and depth is not None:
+        raise UserError("give --depths N or --depth LIST, not both", "e.g. --depths 5 or --depths 0.1,0.5,0.9")
+    if depth is not None:
+        values = []
+        for part in str(depth).split(","):
+            try:
+                value = float(part)
+            except ValueError:
+                raise UserError(f"bad depth '{part}': not a number", "depths are fractions in [0, 1], e.g. 0.5") from None
+            if not 0.0 <= value <= 1.0 or value != value:
+                raise UserError(f"depth {part} is outside [0, 1]", "0 puts the needle at the start of the haystack, 1 at its end")
+            values.append(value)
+        if len(set(values)) != len(values):
+            raise UserError(f"a depth is given twice in '{depth}'", "list each depth once")
+        return sorted(values)
+    n = 5 if depths is None else depths
+    if n < 1:
+        raise UserError(f"--depths {n} must be >= 1", "e.g. --depths 5 for 0, 0.25, 0.5, 0.75, 1")
+    return [0.5] if n == 1 else [round(i / (n - 1), 4) for i in range(n)]
+
+
+def parse_depths_option(value) -> tuple[float, ...]:
+    """``--depths 5`` (N evenly spaced) or ``--depths 0.1,0.5`` (a list; also a TOML list)."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise UserError("empty list of depths", "give at least one depth, e.g. [0.5]")
+        return tuple(parse_depths(None, ",".join(map(str, value))))
+    text = str(value).strip()
+    if "," in text or "." in text:
+        return tuple(parse_depths(None, text))
+    return tuple(parse_depths(parse_positive_int(text, "--depths"), None))
+
+
+def _explicit_depths(value) -> tuple[float, ...]:
+    """``--depth 0.1,0.5`` as the first release read it: always an explicit list (``--depth 1`` is depth 1.0)."""
+    return tuple(parse_depths(None, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)))
+
+
+def depths_option(help: str):  # noqa: A002
+    """The shared ``--depths`` option: N evenly spaced depths or a comma list. Each depth is its
+    own cell (the ``depth`` column), so the list itself is not part of the cell key. ``--depth``
+    (the first release's explicit list) is kept as a hidden alias."""
+    from .base import Option
+
+    return Option("depths", help, parse_depths_option, identity=False, aliases=("--depth",), alias_parse=_explicit_depths)

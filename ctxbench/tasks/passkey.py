@@ -26,11 +26,13 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import (
+from .common import (  # noqa: F401  (parse_depths: the name scripts imported from here)
     accuracy_rows,
     answer_cells,
+    depths_option,
     factors_for,
     parse_bool,
+    parse_depths,
     parse_positive_int,
     shared_prefix_forwards,
 )
@@ -61,22 +63,19 @@ class Settings:
     max_new_tokens: int = 10
 
 
-def parse_depths_option(value) -> tuple[float, ...]:
-    """``--depths 5`` (N evenly spaced) or ``--depths 0.1,0.5`` (a list; also a TOML list)."""
-    if isinstance(value, (list, tuple)):
-        return tuple(parse_depths(None, ",".join(map(str, value))))
-    text = str(value).strip()
-    if "," in text or "." in text:
-        return tuple(parse_depths(None, text))
-    return tuple(parse_depths(parse_positive_int(text, "--depths"), None))
-
-
 OPTIONS = (
-    Option("depths", "N evenly spaced depths in [0, 1] (e.g. 5), or a comma list of depths (0.1,0.5,0.9); default 5", parse_depths_option),
-    Option("trials", "trials (random keys) per length and depth (default 4)", lambda v: parse_positive_int(v, "--trials")),
-    Option("digits", "digits of the pass key (default 5)", lambda v: _digits(v)),
+    depths_option("N evenly spaced depths in [0, 1] (e.g. 5), or a comma list of depths (0.1,0.5,0.9); default 5"),
+    # trials: resume reruns a cell holding fewer trials than asked, so the count is not part of the key
+    Option("trials", "trials (random keys) per length and depth (default 4)", lambda v: parse_positive_int(v, "--trials"), identity=False),
+    Option("digits", "digits of the pass key (default 5)", lambda v: _digits(v)),  # changes every key: part of the key
     Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True),
 )
+
+
+def legacy_options(record: dict) -> dict:
+    """Rows from before options were part of the cell key: a chat run is told by its dataset
+    (``passkey-chat``); ``--digits`` was not recorded, so those rows read as the default 5."""
+    return {"digits": 5, "chat": record.get("dataset", "").endswith("-chat")}
 
 
 def _digits(value) -> int:
@@ -105,27 +104,6 @@ class Prompt:
     @property
     def depth(self) -> float:
         return self.key_span[0] / len(self.ids)
-
-
-def parse_depths(depths: int | None = None, depth: str | None = None) -> list[float]:
-    """``--depths N`` (N evenly spaced in [0, 1]) or ``--depth 0.1,0.5``; default 5 depths."""
-    if depths is not None and depth is not None:
-        raise UserError("give --depths N or --depth LIST, not both", "e.g. --depths 5 or --depth 0.1,0.5,0.9")
-    if depth is not None:
-        values = []
-        for part in str(depth).split(","):
-            try:
-                value = float(part)
-            except ValueError:
-                raise UserError(f"bad depth '{part}': not a number", "depths are fractions in [0, 1], e.g. 0.5") from None
-            if not 0.0 <= value <= 1.0:
-                raise UserError(f"depth {part} is outside [0, 1]", "0 puts the key at the start of the filler, 1 at its end")
-            values.append(value)
-        return sorted(dict.fromkeys(values))
-    n = 5 if depths is None else depths
-    if n < 1:
-        raise UserError(f"--depths {n} must be >= 1", "e.g. --depths 5 for 0, 0.25, 0.5, 0.75, 1")
-    return [0.5] if n == 1 else [round(i / (n - 1), 4) for i in range(n)]
 
 
 def validate(settings: Settings) -> None:
@@ -324,7 +302,9 @@ TASK = Task(
     cost=cost,
     metric="accuracy",
     higher_is_better=True,
+    fraction=True,
     default_lengths=default_lengths,
     plots=plots,
     validate=validate,
+    legacy_options=legacy_options,
 )

@@ -17,7 +17,7 @@ Rows per cell: per document and aggregate (``doc = all``) ``nll`` and ``ppl``; t
 95% interval ``ppl_lo``/``ppl_hi`` (bootstrap over documents, or over blocks of tokens for one
 document: ``extra.interval`` says which); ``docs``, ``tokens_per_s``, ``peak_mem_mb``; loss by
 position (``nll_pos``, one row per bucket of :data:`BUCKET` target positions aligned to multiples
-of 512, ``extra.pos = [first, end)``); and for lengths past the trained length ``nll_beyond_L``
+of 512, its ``[pos_start, pos_end)`` in their own columns); and for lengths past the trained length ``nll_beyond_L``
 (mean NLL of target positions >= L). All come from the losses already computed: no extra
 forward, in the shared pass too.
 """
@@ -52,14 +52,18 @@ class Settings:
     chunk: int = 1024  # positions per LM-head chunk
 
 
+# Identity: the stride is a cell column of its own; which documents are scored (dataset, split,
+# column, --docs) and the BOS choice are hashed into the data digest by prepare(), which is part of
+# the cell key, so none of them is folded in a second time (and files from before the options
+# column keep resuming).
 OPTIONS = (
-    Option("stride", "window stride (default = length: one window per document)", parse_length),
-    Option("dataset", "HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus", str),
-    Option("split", "dataset split (default test)", str),
-    Option("text_column", "column holding the text (default text)", str),
-    Option("docs", "documents per length, the first ones long enough (default 4)", lambda v: parse_positive_int(v, "--docs")),
+    Option("stride", "window stride (default = length: one window per document)", parse_length, identity=False),
+    Option("dataset", "HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus", str, identity=False),
+    Option("split", "dataset split (default test)", str, identity=False),
+    Option("text_column", "column holding the text (default text)", str, identity=False),
+    Option("docs", "documents per length, the first ones long enough (default 4)", lambda v: parse_positive_int(v, "--docs"), identity=False),
     Option("bos", "auto (the tokenizer's default) | on (BOS before every document, as the YaRN eval) | off",
-           lambda v: parse_choice(v, "--bos", ("auto", "on", "off"))),  # fmt: skip
+           lambda v: parse_choice(v, "--bos", ("auto", "on", "off")), identity=False),  # fmt: skip
 )
 
 
@@ -173,13 +177,13 @@ def _position_rows(arrays: list, trained_len: int, mode: str) -> list[Measuremen
     from ..stats import beyond_mean, bucket_means
 
     rows = [
-        Measurement("nll_pos", b["nll"], doc="all", tokens=b["tokens"], mode=mode, extra={"pos": [b["start"], b["end"]]})
+        Measurement("nll_pos", b["nll"], doc="all", tokens=b["tokens"], mode=mode, pos=(b["start"], b["end"]))
         for b in bucket_means(arrays, BUCKET)
     ]
     beyond = beyond_mean(arrays, trained_len)
     if beyond is not None:
         tokens = sum(max(0, len(a) - trained_len + 1) for a in arrays)
-        rows.append(Measurement("nll_beyond_L", beyond, doc="all", tokens=tokens, mode=mode, extra={"pos": [trained_len, None]}))
+        rows.append(Measurement("nll_beyond_L", beyond, doc="all", tokens=tokens, mode=mode, pos=(trained_len, None)))
     return rows
 
 
@@ -269,10 +273,91 @@ def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterat
         yield cell, _summary(docs, seconds, pass_tokens, peak, "truncate", extra, lm.geometry.trained_len)
 
 
-def plots(records, directory):
-    from ..plots import ppl_plots
+def plots(records: list[dict], directory) -> list:
+    """Perplexity against length per (model, factor), one line per method label with its 95%
+    band, and loss by position per (model, factor, length), the trained length marked."""
+    from matplotlib import ticker
 
-    return ppl_plots(records, directory)
+    from ..pivot import len_label
+    from ..plots import by_factor, extra_of, factor_of, mark_trained, ok_rows, pyplot, safe_name, save
+
+    plt = pyplot()
+    paths = []
+    rows = ok_rows(records, "ppl", "ppl")
+    bounds = {(r["model"], r["label"], factor_of(r), r["length"], r["metric"]): float(r["value"])
+              for r in records if r["task"] == "ppl" and r["metric"] in ("ppl_lo", "ppl_hi") and r["status"] == "ok"}  # fmt: skip
+    for (model, factor), part in sorted(by_factor([r for r in rows if r["doc"] == "all"]).items()):
+        fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+        trained = None
+        for label in sorted({r["label"] for r in part}):
+            mine = sorted((r for r in part if r["label"] == label), key=lambda r: int(r["length"]))
+            xs = [int(r["length"]) for r in mine]
+            ys = [float(r["value"]) for r in mine]
+            line, = ax.plot(xs, ys, marker="o", label=label)
+            lo = [bounds.get((model, label, factor_of(r), r["length"], "ppl_lo")) for r in mine]
+            hi = [bounds.get((model, label, factor_of(r), r["length"], "ppl_hi")) for r in mine]
+            if all(v is not None for v in lo + hi):
+                ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
+            trained = trained or extra_of(mine[0]).get("trained_len")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        lengths = sorted({int(r["length"]) for r in part})
+        ax.set_xticks(lengths, [len_label(n) for n in lengths])
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+        ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_locator(ticker.NullLocator())
+        if trained:
+            mark_trained(ax, trained, f"trained {len_label(trained)}")
+        ax.set_xlabel("sequence length (tokens)")
+        ax.set_ylabel("perplexity (log scale; band: 95% bootstrap)")
+        ax.set_title(f"ppl vs length — {model}, factor {factor or 'any'}", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8)
+        save(plt, fig, directory / f"ppl-{safe_name(model)}-x{factor or 'any'}.png", paths)
+    paths += position_plots(records, directory)
+    return paths
+
+
+def position_plots(records: list[dict], directory) -> list:
+    """NLL against position, one figure per (model, factor, length) that has nll_pos rows."""
+    from ..pivot import len_label
+    from ..plots import by_factor, extra_of, mark_trained, ok_rows, pyplot, safe_name, save
+
+    plt = pyplot()
+    paths = []
+    rows = ok_rows(records, "ppl", "nll_pos")
+    for (model, factor), part in sorted(by_factor(rows).items()):
+        for length in sorted({int(r["length"]) for r in part}):
+            mine = [r for r in part if int(r["length"]) == length]
+            fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+            trained = None
+            for label in sorted({r["label"] for r in mine}):
+                pts = sorted((_bucket(r), float(r["value"])) for r in mine if r["label"] == label)
+                xs = [(a + b) / 2 for (a, b), _ in pts]
+                ax.plot(xs, [v for _, v in pts], label=label, linewidth=1.4, marker="o" if len(pts) <= 8 else None, markersize=4)  # few buckets: show them
+                trained = trained or extra_of(mine[0]).get("trained_len")
+            if trained and trained < length:
+                mark_trained(ax, trained, f"trained L = {len_label(trained)}")
+            ax.set_xlabel("target position (tokens; 512-token buckets)")
+            ax.set_ylabel("mean NLL (nats)")
+            ax.set_title(f"loss by position — {model}, {len_label(length)} tokens, factor {factor or 'any'}", fontsize=10)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+            save(plt, fig, directory / f"nll-position-{safe_name(model)}-{len_label(length)}-x{factor or 'any'}.png", paths)
+    return paths
+
+
+def _bucket(record: dict) -> tuple[int, int]:
+    """A loss-by-position row's ``[start, end)``: its own columns, or ``extra.pos`` in files from
+    before those columns."""
+    from ..plots import extra_of
+
+    if record.get("pos_start", "") != "":
+        return int(record["pos_start"]), int(record["pos_end"])
+    start, end = extra_of(record)["pos"]
+    return int(start), int(end)
+
 
 
 TASK = Task(

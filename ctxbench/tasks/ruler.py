@@ -25,12 +25,12 @@ from .base import Cell, Context, CostItem, Measurement, Option, Task
 from .common import (
     accuracy_rows,
     answer_cells,
+    depths_option,
     factors_for,
     parse_bool,
     parse_positive_int,
     shared_prefix_forwards,
 )
-from .passkey import parse_depths_option
 
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -85,20 +85,28 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
     options = []
     if len(variants) > 1:
         options.append(Option("variants", f"comma list of variants ({', '.join(variants)}) or all; default {','.join(default_variants)}",
-                              _variants_parser(name, variants), flag="--variant"))  # fmt: skip
+                              _variants_parser(name, variants), flag="--variant", identity=False))  # each variant is a cell  # fmt: skip
     if has_depth:
-        options.append(Option("depths", "N evenly spaced needle depths in [0, 1], or a comma list (default 0.1,0.3,0.5,0.7,0.9)", parse_depths_option))
-    options.append(Option("trials", "trials (random needles) per cell (default 4)", lambda v: parse_positive_int(v, "--trials")))
+        options.append(depths_option("N evenly spaced needle depths in [0, 1], or a comma list (default 0.1,0.3,0.5,0.7,0.9)"))
+    # trials: resume reruns a cell holding fewer trials than asked, so the count is not part of the key
+    options.append(Option("trials", "trials (random needles) per cell (default 4)", lambda v: parse_positive_int(v, "--trials"), identity=False))
     options.append(Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True))
-    if has_haystack:
-        options.append(Option("haystack", "essay haystack: a .txt/.md file or directory (default: the running Python's pydoc prose)", _haystack))
+    if has_haystack:  # the haystack's text digest is part of data_digest (a path says nothing of its content)
+        options.append(Option("haystack", "essay haystack: a .txt/.md file or directory (default: the running Python's pydoc prose)", _haystack,
+                              identity=False))  # fmt: skip
     spec = dict(name=name, variants=default_variants, has_depth=has_depth, has_haystack=has_haystack)
     return Task(
         name=name, help=help, settings=Settings, options=tuple(options),
         prepare=partial(prepare, spec), cells=partial(cells, spec), groups=groups, run_group=partial(run_group, spec),
-        cost=partial(cost, spec), metric="accuracy", higher_is_better=True, default_lengths=default_lengths,
-        plots=partial(plots, name), validate=validate,
+        cost=partial(cost, spec), metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths,
+        plots=partial(plots, name), validate=validate, legacy_options=legacy_options,
     )  # fmt: skip
+
+
+def legacy_options(record: dict) -> dict:
+    """Rows from before options were part of the cell key: a chat run is told by its dataset
+    (``ruler-niah-chat``)."""
+    return {"chat": record.get("dataset", "").endswith("-chat")}
 
 
 def validate(settings: Settings) -> None:

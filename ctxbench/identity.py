@@ -1,0 +1,210 @@
+"""A cell's identity: the one key that resume, ``compare``, the pivot, ``report`` and the plots
+match rows on, and the rule that says when a cell in a file is whole.
+
+A *cell* is the unit of work that is resumed: one task, method entry, factor, length (and
+stride, depth, variant) on one model and data, run with one seed, dtype and set of task options
+that change the numbers. Two rows belong to the same cell exactly when their :data:`IDENTITY`
+columns agree (after :func:`_norm`): so a ``passkey --chat`` run never resumes from a raw run,
+and a bf16 run never stands in for a float32 one.
+
+- :func:`cell_key` — the full identity, digests included: resume and the runner.
+- :func:`view_key` — the identity as people and gates see it across machines: the model and
+  dataset *names* instead of their digests (a baseline stays comparable on a machine whose
+  standard library, the built-in corpus, differs by a patch release; ``compare`` notes differing
+  digests). ``compare``, the pivot, ``report`` and the plots use it.
+
+The ``options`` column holds the JSON of the task options declared with ``identity=True``
+(:class:`ctxbench.tasks.base.Option`). Files written before that column existed read as the
+options their task used then (:meth:`ctxbench.tasks.base.Task.default_identity`, or the task's
+``legacy_options``), so they still load, resume and compare.
+
+Whole cells: the runner writes ``cell_rows`` (how many rows the cell has) into every row's
+``extra``; a cell whose rows in the file are fewer, or disagree, is partial (a hand-edited file,
+a row deleted) and runs again; ``report`` leaves it out and says so. Rows from before
+``cell_rows`` existed are judged by their structure: the headline aggregate row is there and
+every trial or document its ``trials``/``docs`` count promises.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from functools import cache
+
+# Columns whose values identify a cell.
+IDENTITY = [
+    "model_digest", "data_digest", "task", "method", "label", "method_params", "factor", "length", "stride", "depth",
+    "variant", "seed", "dtype", "options",
+]  # fmt: skip
+# The same identity across machines: names instead of digests.
+VIEW = ["model", "dataset", *[c for c in IDENTITY if c not in ("model_digest", "data_digest", "method")]]
+# Columns that identify one value inside a cell.
+WITHIN = ["trial", "doc", "metric"]
+
+
+def _norm(value) -> str:
+    """Numbers so that '2', '2.0' and 2.0 compare equal; JSON objects with sorted keys."""
+    text = "" if value is None else (repr(value) if isinstance(value, float) else str(value))
+    if text[:1] in ("{", "["):
+        try:
+            return json.dumps(json.loads(text), sort_keys=True)
+        except ValueError:
+            return text
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return repr(int(number)) if number.is_integer() else repr(number)
+
+
+@cache
+def uses_factor(method: str) -> bool:
+    """Whether a method reads the factor; a name this ctxbench does not know counts as reading it."""
+    from .errors import UserError
+    from .methods import resolve
+
+    try:
+        return resolve(method).uses_factor
+    except UserError:
+        return True
+
+
+def field(record: dict, column: str) -> str:
+    """One identity column of a record, normalised as keys compare it."""
+    if column == "label" and not record.get("label"):
+        from .results import derived_label
+
+        return _norm(derived_label(record.get("method", ""), record.get("method_params", "")))
+    if column == "factor" and not uses_factor(record.get("method", "")):
+        return ""  # a method that ignores the factor runs once per length (older files wrote the factor)
+    if column == "options" and record.get("options", "") == "":
+        return "{}"
+    return _norm(record.get(column, ""))
+
+
+def cell_key(record: dict) -> tuple[str, ...]:
+    """The full identity of the cell ``record`` belongs to (digests included)."""
+    return tuple(field(record, c) for c in IDENTITY)
+
+
+def view_key(record: dict) -> tuple[str, ...]:
+    """The identity across machines (model and dataset names instead of digests)."""
+    return tuple(field(record, c) for c in VIEW)
+
+
+def row_key(record: dict) -> tuple[str, ...]:
+    """One value inside a cell."""
+    return (*cell_key(record), *(_norm(record.get(c, "")) for c in WITHIN))
+
+
+def options_json(options: dict) -> str:
+    return json.dumps(options, sort_keys=True)
+
+
+def legacy_options(record: dict, tasks: dict | None) -> str:
+    """The ``options`` of a row written before the column existed: what its task used then."""
+    task = (tasks or {}).get(record.get("task", ""))
+    if task is None:
+        return "{}"
+    options = task.legacy_options(record) if task.legacy_options else task.default_identity()
+    return options_json(options)
+
+
+def _extra(record: dict) -> dict:
+    try:
+        value = json.loads(record.get("extra") or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _is_aggregate(record: dict) -> bool:
+    return record.get("doc", "") in ("", "all") and record.get("trial", "") in ("", "all")
+
+
+def whole(rows: list[dict], headline: str) -> bool:
+    """Whether one cell's rows (all ``ok``) are every row it was written with.
+
+    New rows carry ``extra.cell_rows``; older ones are judged by structure: the headline
+    aggregate is there, with as many numbered trials / documents as its ``trials``/``docs`` say.
+    """
+    distinct = {tuple(_norm(r.get(c, "")) for c in WITHIN) for r in rows}
+    expected = {_extra(r).get("cell_rows") for r in rows}
+    if expected != {None}:
+        return len(expected) == 1 and len(distinct) == len(rows) == next(iter(expected))
+    aggregates = [r for r in rows if _is_aggregate(r) and r.get("metric") == headline]
+    if not aggregates:
+        return False
+    info = _extra(aggregates[-1])
+    trials = {str(r.get("trial")) for r in rows if str(r.get("trial", "")).isdigit()}
+    docs = {r.get("doc") for r in rows if r.get("doc", "") not in ("", "all")}
+    if isinstance(info.get("trials"), int) and trials and len(trials) < info["trials"]:
+        return False
+    if isinstance(info.get("docs"), int) and docs and len(docs) < info["docs"]:
+        return False
+    return True
+
+
+def cells_of(records: Iterable[dict], key=cell_key) -> dict[tuple[str, ...], list[dict]]:
+    """Records grouped by cell, in file order."""
+    out: dict[tuple[str, ...], list[dict]] = {}
+    for r in records:
+        out.setdefault(key(r), []).append(r)
+    return out
+
+
+def headline(task_name: str, tasks: dict | None) -> str:
+    from .pivot import headline_of
+
+    return headline_of(task_name, tasks)[0]
+
+
+def finished(records: Iterable[dict], tasks: dict | None = None, key=cell_key) -> dict[tuple[str, ...], int]:
+    """The finished cells of ``records`` — every row ``ok`` and the cell whole — each with how many
+    distinct numbered trials it holds (0 for a cell of documents or summary rows only)."""
+    if tasks is None:
+        from .tasks import registry
+
+        tasks = registry()
+    out = {}
+    for k, rows in cells_of(records, key).items():
+        if any(r.get("status") != "ok" for r in rows):
+            continue
+        if not whole(rows, headline(rows[0].get("task", ""), tasks)):
+            continue
+        out[k] = len({str(r["trial"]) for r in rows if str(r.get("trial", "")).isdigit()})
+    return out
+
+
+def partial(records: Iterable[dict], tasks: dict | None = None, key=view_key) -> set[tuple[str, ...]]:
+    """Cells (by ``key``) whose rows are all ``ok`` but not whole: never shown as if they were."""
+    if tasks is None:
+        from .tasks import registry
+
+        tasks = registry()
+    return {
+        k for k, rows in cells_of(records, key).items()
+        if all(r.get("status") == "ok" for r in rows) and not whole(rows, headline(rows[0].get("task", ""), tasks))
+    }  # fmt: skip
+
+
+def drop_partial(records: list[dict], tasks: dict | None = None) -> tuple[list[dict], list[str]]:
+    """The records of one file without its partial cells, and a description of each left out
+    (``report`` and ``compare`` never present a partial cell as if it were whole)."""
+    if tasks is None:
+        from .tasks import registry
+
+        tasks = registry()
+    bad = partial(records, tasks, key=cell_key)
+    if not bad:
+        return records, []
+    described = []
+    for r in records:
+        k = cell_key(r)
+        if k in bad:
+            what = " ".join(x for x in (r.get("task", ""), r.get("variant", ""), r.get("label", ""),
+                                        f"x{r['factor']}" if r.get("factor") else "", r.get("length", ""),
+                                        f"depth {r['depth']}" if r.get("depth") else "") if x)  # fmt: skip
+            if what not in described:
+                described.append(what)
+    return [r for r in records if cell_key(r) not in bad], described

@@ -1,0 +1,124 @@
+"""The nightly gate on the committed baseline (issues 22 and 23): a rerun on the same weights and
+data has no run-to-run noise, so a regression the old interval rule waved through fails, a
+flipped retrieval trial is named, a tiny change is reported, and a NaN never passes."""
+
+from __future__ import annotations
+
+import csv
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+BASELINE = Path(__file__).parent.parent / "results" / "baseline-nightly.csv"
+
+
+def _rows() -> tuple[list[str], list[dict]]:
+    with BASELINE.open(newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames), list(reader)
+
+
+def _write(path: Path, header: list[str], rows: list[dict]) -> str:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return str(path)
+
+
+def _compare(base: str, new: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ctxbench", "compare", base, new, "--format", "markdown", *args], capture_output=True, text=True, timeout=120)
+
+
+def _ppl_cell(row: dict) -> bool:
+    return row["task"] == "ppl" and row["label"] == "yarn" and row["length"] == "8192"
+
+
+def _worse_ppl(rows: list[dict], factor: float) -> list[dict]:
+    """One perplexity cell made worse the way a real regression would be: ppl and its interval
+    times ``factor``, every NLL plus log(factor)."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if _ppl_cell(r):
+            if r["metric"] in ("ppl", "ppl_lo", "ppl_hi"):
+                r["value"] = repr(float(r["value"]) * factor)
+            elif r["metric"].startswith("nll"):
+                r["value"] = repr(float(r["value"]) + math.log(factor))
+        out.append(r)
+    return out
+
+
+def _passkey_cell(row: dict) -> bool:
+    return row["task"] == "passkey" and row["label"] == "yarn" and row["length"] == "4096"
+
+
+def _halved_passkey(rows: list[dict]) -> list[dict]:
+    """The yarn passkey cell at 4k with half its trials now wrong (accuracy 1.0 -> 0.5)."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if _passkey_cell(r):
+            if r["metric"] == "correct" and r["trial"] in ("0", "1"):
+                r["value"], r["answer"] = "0", "12345"
+            elif r["metric"] == "accuracy":
+                r["value"] = "0.5"
+        out.append(r)
+    return out
+
+
+def test_the_baseline_compared_with_itself_is_clean():
+    proc = _compare(str(BASELINE), str(BASELINE), "--strict")
+    assert proc.returncode == 0, proc.stdout
+    assert "changed" not in proc.stdout.split("\n", 1)[0]
+
+
+@pytest.mark.parametrize("factor", [1.10, 1.50])
+def test_a_whole_perplexity_cell_made_worse_fails_the_gate(tmp_path, factor):
+    header, rows = _rows()
+    assert sum(_ppl_cell(r) for r in rows) > 3
+    proc = _compare(str(BASELINE), _write(tmp_path / "new.csv", header, _worse_ppl(rows, factor)))
+    assert proc.returncode == 1, proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ppl | yarn | 2 | 8192 |"))
+    assert "**worse**" in line and "rerun on the same weights and data" in line
+
+
+def test_a_retrieval_cell_whose_accuracy_halves_fails_and_names_the_flipped_trials(tmp_path):
+    header, rows = _rows()
+    assert any(_passkey_cell(r) and r["metric"] == "accuracy" and float(r["value"]) == 1.0 for r in rows)
+    proc = _compare(str(BASELINE), _write(tmp_path / "new.csv", header, _halved_passkey(rows)))
+    assert proc.returncode == 1, proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| passkey | yarn | 2 | 4096 |") and "accuracy" in ln)
+    assert "**worse**" in line and "right -> wrong: depth 0.5 trial 0, depth 0.5 trial 1" in line
+
+
+def test_a_change_of_one_part_in_a_million_is_reported_and_fails_only_when_strict(tmp_path):
+    header, rows = _rows()
+    moved = [{**r, "value": repr(float(r["value"]) * (1 + 1e-6))} if _ppl_cell(r) and r["metric"] == "ppl" else r for r in rows]
+    new = _write(tmp_path / "new.csv", header, moved)
+    proc = _compare(str(BASELINE), new)
+    assert proc.returncode == 0, proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ppl | yarn | 2 | 8192 |"))
+    assert "| changed |" in line and "+1.00e-06 relative" in line
+    assert _compare(str(BASELINE), new, "--strict").returncode == 1
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "oops", ""])
+def test_a_value_that_is_no_longer_a_number_fails_and_names_its_cell(tmp_path, bad):
+    header, rows = _rows()
+    broken = [{**r, "value": bad} if _ppl_cell(r) and r["metric"] == "ppl" and r["doc"] == "all" else r for r in rows]
+    proc = _compare(str(BASELINE), _write(tmp_path / "new.csv", header, broken))
+    assert proc.returncode == 1, proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ppl | yarn | 2 | 8192 |"))
+    assert "**failed**" in line and "in NEW where BASE had" in line
+
+
+def test_other_data_is_judged_beyond_noise_not_as_a_rerun(tmp_path):
+    header, rows = _rows()
+    other = [{**r, "data_digest": "sha256:0000000000000000"} for r in _worse_ppl(rows, 1.10)]
+    proc = _compare(str(BASELINE), _write(tmp_path / "new.csv", header, other))
+    assert "digests differ" in proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ppl | yarn | 2 | 8192 |"))
+    assert "rerun" not in line
