@@ -73,7 +73,7 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
             seconds = rate.seconds(forward, decode) if rate else float("nan")
             rows.append((item.what, item.cells, item.tokens, seconds))
             total_flops, total_decode = total_flops + forward + decode, total_decode + decode
-        trials = getattr(job.settings, "trials", None) if job.task.metric == "accuracy" else None
+        trials = getattr(job.settings, "trials", None) if job.task.fraction else None  # a fraction of trials: its interval
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
                            sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials, total_flops, total_decode))  # fmt: skip
     return Plan(model, tuple(out), basis, rate is not None, measured)
