@@ -276,3 +276,173 @@ def changed_beyond_noise(
     if new_lo <= base_hi and base_lo <= new_hi:
         return "ok", f"change {size_text} exceeds {tol_text} but intervals {base_iv} and {new_iv} overlap (within noise)"
     return direction, f"change {size_text} exceeds {tol_text} and intervals {base_iv} and {new_iv} do not overlap"
+
+
+# --------------------------------------------------------------------------- paired comparison (issue 22)
+#
+# Pure primitives for comparing two methods on the *same* units (documents, blocks of positions,
+# trials); :mod:`ctxbench.paired` reads result rows into units and calls these.
+
+EXACT_FLIPS = 16  # up to this many nonzero paired differences the sign-flip test enumerates every sign
+
+
+def paired_bootstrap(
+    diff_sums: Sequence[float],
+    weights: Sequence[float],
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile interval of the weighted mean paired difference ``sum(d) / sum(w)`` under a
+    paired bootstrap: units are resampled with replacement and each resampled unit brings *both*
+    methods' values, so whatever the methods share (a document's difficulty) cancels in every
+    resample (Efron & Tibshirani 1993, *An Introduction to the Bootstrap*, ch. 13, percentile
+    interval; Koehn 2004, "Statistical significance tests for machine translation evaluation",
+    paired bootstrap resampling).
+
+    ``diff_sums[i]`` is unit ``i``'s summed difference (new minus base; for perplexity the summed
+    NLL difference over its tokens) and ``weights[i]`` its size (tokens; 1 per trial). Units of
+    weight 0 are dropped. ``(nan, nan)`` with fewer than two units, where resampling says nothing.
+    Deterministic for a given ``seed``.
+    """
+    d = np.asarray(diff_sums, dtype=np.float64).ravel()
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    if d.shape != w.shape:
+        raise ValueError(f"{d.size} differences but {w.size} weights")
+    if (w < 0).any():
+        raise ValueError("weights must be >= 0")
+    if n_boot < 1:
+        raise ValueError(f"n_boot {n_boot} must be >= 1")
+    keep = w > 0
+    d, w = d[keep], w[keep]
+    if d.size < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    k = d.size
+    stat = np.empty(n_boot)
+    step = max(1, _CHUNK // k)
+    for start in range(0, n_boot, step):
+        stop = min(n_boot, start + step)
+        idx = rng.integers(0, k, size=(stop - start, k))
+        stat[start:stop] = d[idx].sum(axis=1) / w[idx].sum(axis=1)
+    return _percentiles(stat, level)
+
+
+def sign_flip_test(diff_sums: Sequence[float], n_perm: int = 9999, seed: int = 0) -> tuple[float, bool]:
+    """Two-sided paired permutation (sign-flip) test of "the two methods are exchangeable within
+    every unit": ``(p, exact)``.
+
+    Statistic ``T = sum(diff_sums)`` (the weighted mean difference times the fixed total weight).
+    Under the null hypothesis each unit's difference is as likely to have the opposite sign, so
+    ``T`` is compared with ``sum(s_i * diff_sums[i])`` over sign vectors ``s`` (Fisher 1935, *The
+    Design of Experiments*, section 21; Good 2005, *Permutation, Parametric and Bootstrap Tests of
+    Hypotheses*, ch. 3). Units with a zero difference never change ``T`` and are left out. With at
+    most :data:`EXACT_FLIPS` nonzero units every one of the ``2^m`` sign vectors is enumerated
+    (``exact`` is True) and ``p = #{|T*| >= |T|} / 2^m``; otherwise ``n_perm`` random sign vectors
+    and ``p = (1 + #{|T*| >= |T|}) / (1 + n_perm)`` (Phipson & Smyth 2010, "Permutation p-values
+    should never be zero"). On 0/1 outcomes this is exactly the two-sided exact McNemar test.
+    ``p`` is 1 when every difference is 0.
+    """
+    v = np.asarray(diff_sums, dtype=np.float64).ravel()
+    v = v[v != 0]
+    m = v.size
+    if m == 0:
+        return 1.0, True
+    observed = abs(float(v.sum()))
+    tol = 1e-9 * float(np.abs(v).sum())  # sums of the same terms in another order: float ties
+    if m <= EXACT_FLIPS:
+        bits = np.arange(m)
+        total = 1 << m
+        step = max(1, min(total, _CHUNK // m))
+        hits = 0
+        for start in range(0, total, step):
+            k = np.arange(start, min(total, start + step), dtype=np.int64)
+            signs = 1.0 - 2.0 * ((k[:, None] >> bits) & 1)
+            hits += int((np.abs(signs @ v) >= observed - tol).sum())
+        return hits / total, True
+    if n_perm < 1:
+        raise ValueError(f"n_perm {n_perm} must be >= 1")
+    rng = np.random.default_rng(seed)
+    hits = 0
+    step = max(1, _CHUNK // m)
+    for start in range(0, n_perm, step):
+        rows = min(n_perm, start + step) - start
+        signs = 1.0 - 2.0 * rng.integers(0, 2, size=(rows, m))
+        hits += int((np.abs(signs @ v) >= observed - tol).sum())
+    return (1 + hits) / (1 + n_perm), False
+
+
+def mcnemar_exact(right_to_wrong: int, wrong_to_right: int) -> float:
+    """Two-sided exact McNemar test of paired 0/1 outcomes: a binomial test of the discordant
+    pairs, ``min(1, 2 * P(X <= min(b, c)))`` with ``X ~ Binomial(b + c, 1/2)`` (McNemar 1947,
+    Psychometrika 12:153-157; the exact form: Fagerland, Lydersen & Laake 2013, BMC Med Res
+    Methodol 13:91). Concordant pairs carry no information. 1 when there is no discordant pair."""
+    b, c = int(right_to_wrong), int(wrong_to_right)
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {b} and {c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni step-down adjusted p-values, in the order given (Holm 1979, "A simple
+    sequentially rejective multiple test procedure", Scand. J. Statist. 6:65-70).
+
+    With the ``m`` p-values sorted ``p_(1) <= ... <= p_(m)``: ``adj_(i) = max_{j <= i} min(1,
+    (m - j + 1) p_(j))``: monotone in the raw p-values, capped at 1. Rejecting ``adj < alpha``
+    controls the family-wise error rate at ``alpha`` under any dependence. NaN entries (no test)
+    stay NaN and do not count in ``m``.
+    """
+    p = [float(x) for x in p_values]
+    if any(x < 0 or x > 1 for x in p if not math.isnan(x)):
+        raise ValueError("p-values must be in [0, 1]")
+    order = sorted((i for i, x in enumerate(p) if not math.isnan(x)), key=lambda i: p[i])
+    m = len(order)
+    out = [math.nan] * len(p)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def compact_letters(separated: Sequence[Sequence[bool]]) -> list[str]:
+    """A compact letter display of all-pairwise comparisons: two items share a letter exactly
+    when they are *not* separated (Piepho 2004, "An algorithm for a letter-based representation
+    of all-pairwise comparisons", J. Comput. Graph. Statist. 13:456-466, insert-and-absorb).
+
+    ``separated`` is a symmetric boolean matrix; items are taken to be in display order (best
+    first), and letters are handed out in that order (``a`` to the column holding the first item).
+    """
+    k = len(separated)
+    if any(len(row) != k for row in separated):
+        raise ValueError("separated must be a square matrix")
+    columns: list[set[int]] = [set(range(k))] if k else []
+    for i in range(k):
+        for j in range(i + 1, k):
+            if not (separated[i][j] or separated[j][i]):
+                continue
+            # insert: split every column that holds both i and j
+            split = []
+            for col in columns:
+                if i in col and j in col:
+                    split += [col - {i}, col - {j}]
+                else:
+                    split.append(col)
+            # absorb: drop columns contained in another one (and duplicates)
+            columns = []
+            for col in sorted(split, key=len, reverse=True):
+                if col and not any(col <= other for other in columns):
+                    columns.append(col)
+    columns.sort(key=lambda col: sorted(col))
+    names = _letter_names(len(columns))
+    return ["".join(names[c] for c, col in enumerate(columns) if i in col) for i in range(k)]
+
+
+def _letter_names(n: int) -> list[str]:
+    """``a .. z, A .. Z``, then ``a1 .. z1, A1 ..`` (more columns than that are rare)."""
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return [alphabet[i % 52] + (str(i // 52) if i >= 52 else "") for i in range(n)]
