@@ -225,18 +225,10 @@ def _paired_p(base_trials: list[dict], new_trials: list[dict]) -> float | None:
     pairs = [(_number(r)[0], new.get(_trial_key(r))) for r in base_trials]
     if any(b is None or n is None or b not in (0, 1) or n not in (0, 1) for b, n in pairs):
         return None
+    from .stats import mcnemar_exact
+
     return mcnemar_exact(sum(1 for b, n in pairs if b > n), sum(1 for b, n in pairs if n > b))
 
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value of ``b`` and ``c`` discordant pairs: the exact binomial
-    test of ``min(b, c)`` successes in ``b + c`` trials at p = 1/2 (McNemar 1947; the exact form
-    for small counts, e.g. Fagerland et al. 2013)."""
-    n = b + c
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n
-    return min(1.0, 2 * tail)
 
 
 def _effective_changes(base_records, new_records, tasks, threshold) -> list[Change]:

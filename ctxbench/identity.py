@@ -21,8 +21,8 @@ options their task used then (:meth:`ctxbench.tasks.base.Task.default_identity`,
 Whole cells: the runner writes ``cell_rows`` (how many rows the cell has) into every row's
 ``extra``; a cell whose rows in the file are fewer, or disagree, is partial (a hand-edited file,
 a row deleted) and runs again; ``report`` leaves it out and says so. Rows from before
-``cell_rows`` existed are judged by their structure: the headline aggregate row is there and
-every trial or document its ``trials``/``docs`` count promises.
+``cell_rows`` existed are judged by their structure: the headline aggregate row is there, its
+interval rows come as a pair, and every trial or document its ``trials``/``docs`` count promises.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ IDENTITY = [
 ]  # fmt: skip
 # The same identity across machines: names instead of digests.
 VIEW = ["model", "dataset", *[c for c in IDENTITY if c not in ("model_digest", "data_digest", "method")]]
-# Columns that identify one value inside a cell.
-WITHIN = ["trial", "doc", "metric"]
+# Columns that identify one value inside a cell (a loss-by-position bucket by where it starts).
+WITHIN = ["trial", "doc", "metric", "pos_start"]
 
 
 def _norm(value) -> str:
@@ -82,6 +82,17 @@ def field(record: dict, column: str) -> str:
     return _norm(record.get(column, ""))
 
 
+def _within(record: dict) -> tuple[str, ...]:
+    """A row's place in its cell; a bucket row from before the ``pos_start`` column is placed by
+    its ``extra.pos``."""
+    place = tuple(_norm(record.get(c, "")) for c in WITHIN)
+    if place[-1] == "" and record.get("metric") in ("nll_pos", "nll_beyond_L"):
+        pos = extra_of(record).get("pos")
+        if isinstance(pos, list) and pos:
+            place = (*place[:-1], _norm(pos[0]))
+    return place
+
+
 def cell_key(record: dict) -> tuple[str, ...]:
     """The full identity of the cell ``record`` belongs to (digests included)."""
     return tuple(field(record, c) for c in IDENTITY)
@@ -110,7 +121,8 @@ def legacy_options(record: dict, tasks: dict | None) -> str:
     return options_json(options)
 
 
-def _extra(record: dict) -> dict:
+def extra_of(record: dict) -> dict:
+    """A row's ``extra`` JSON object ({} when a hand edit left it unreadable or not an object)."""
     try:
         value = json.loads(record.get("extra") or "{}")
     except ValueError:
@@ -128,19 +140,28 @@ def whole(rows: list[dict], headline: str) -> bool:
     New rows carry ``extra.cell_rows``; older ones are judged by structure: the headline
     aggregate is there, with as many numbered trials / documents as its ``trials``/``docs`` say.
     """
-    distinct = {tuple(_norm(r.get(c, "")) for c in WITHIN) for r in rows}
-    expected = {_extra(r).get("cell_rows") for r in rows}
+    distinct = {_within(r) for r in rows}
+    expected = {extra_of(r).get("cell_rows") for r in rows}
     if expected != {None}:
         return len(expected) == 1 and len(distinct) == len(rows) == next(iter(expected))
     aggregates = [r for r in rows if _is_aggregate(r) and r.get("metric") == headline]
     if not aggregates:
         return False
-    info = _extra(aggregates[-1])
+    bounds = {r.get("metric") for r in rows if _is_aggregate(r)} & {headline + "_lo", headline + "_hi"}
+    if len(bounds) == 1:  # an interval comes as a pair of rows
+        return False
+    info = extra_of(aggregates[-1])
     trials = {str(r.get("trial")) for r in rows if str(r.get("trial", "")).isdigit()}
     docs = {r.get("doc") for r in rows if r.get("doc", "") not in ("", "all")}
+    if len(distinct) != len(rows):  # a row given twice
+        return False
+    # (aggregates from before trials were rows hold a trial count and no trial rows)
     if isinstance(info.get("trials"), int) and trials and len(trials) < info["trials"]:
         return False
-    if isinstance(info.get("docs"), int) and docs and len(docs) < info["docs"]:
+    if isinstance(info.get("docs"), int) and len(docs) < info["docs"]:
+        return False
+    counted = [r for r in rows if _is_aggregate(r) and r.get("metric") == "docs"]  # perplexity's document count row
+    if counted and _norm(counted[-1].get("value")) != _norm(len(docs)):
         return False
     return True
 

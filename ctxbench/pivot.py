@@ -225,10 +225,9 @@ def _pooled(rows: list[dict], counted: dict) -> tuple[PivotCell, dict]:
 
 
 def _extra(record: dict) -> dict:
-    try:
-        return json.loads(record.get("extra") or "{}")
-    except ValueError:
-        return {}
+    from .identity import extra_of
+
+    return extra_of(record)
 
 
 def _add_changes(p: Pivot, baseline: str) -> None:

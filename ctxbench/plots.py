@@ -7,7 +7,6 @@ tasks draw — and :func:`write_plots`, which asks every task for its own.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .errors import UserError
@@ -28,10 +27,9 @@ def safe_name(name) -> str:
 
 
 def extra_of(r) -> dict:
-    try:
-        return json.loads(r.get("extra") or "{}")
-    except ValueError:
-        return {}
+    from .identity import extra_of as read
+
+    return read(r)
 
 
 def factor_of(r) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -135,7 +136,7 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
 
 def _parse(path: Path, data: bytes) -> tuple[list[str], list[dict[str, str]]]:
     """(header, records) of a whole file's bytes."""
-    text = data.decode("utf-8", errors="replace")
+    text = data.decode("utf-8-sig", errors="replace")  # a spreadsheet's save adds a byte-order mark
     if not text.strip():
         raise UserError(f"results file '{path}' is empty", "delete it or point at a CSV written by ctxbench")
     reader = csv.reader(io.StringIO(text))
@@ -166,6 +167,7 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
                 f"delete line {line} and the other rows of its cell (resuming re-runs that cell), or restore the file",
             )
         record = dict(zip(header, values, strict=True))
+        _check_types(path, record, reader.line_num + line_offset)
         if not record.get("label"):
             record["label"] = derived_label(record["method"], record["method_params"])
         record.setdefault("variant", "")
@@ -175,6 +177,26 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
     if text and not text.endswith("\n"):
         raise UserError(f"'{path}' does not end with a newline: the file is truncated", "restore or regenerate it")
     return records
+
+
+# Key columns a hand edit can break in ways every reader would trip over later: checked on load.
+# (column, must be a whole number, may be empty)
+_TYPED = (("length", True, False), ("seed", True, False), ("stride", True, True), ("factor", False, True), ("depth", False, True))
+
+
+def _check_types(path: Path, record: dict, line: int) -> None:
+    for column, whole, may_be_empty in _TYPED:
+        text = record.get(column, "")
+        if text == "" and may_be_empty:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or (whole and not value.is_integer()):
+            what = ("a whole number" if whole else "a number") + (" or empty" if may_be_empty else "")
+            raise UserError(f"'{path}' line {line}: {column} '{text[:20]}' is not {what}",
+                            "fix that value, or delete the rows of its cell (resuming re-runs the cell)")  # fmt: skip
 
 
 def derived_label(method: str, params_json: str) -> str:

@@ -1,0 +1,39 @@
+"""SIGINT and SIGTERM mid-run: one line saying how many cells the file keeps and the command that
+resumes, the right exit code, no traceback, and a file that resumes where it stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ctxbench.identity import finished
+from ctxbench.results import read_records
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_mid_run_says_what_is_kept_and_how_to_resume(tmp_path, saved_model, corpus_dir, sig, code):
+    out = tmp_path / "r.csv"
+    argv = [sys.executable, "-m", "ctxbench", "ppl", "--model", str(saved_model), "--method", "none,ntk,yarn,linear,llama3",
+            "--factor", "2,4,8", "--len", "32,48,64", "--docs", "3", "--dataset", str(corpus_dir), "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+    deadline = time.time() + 120
+    while not out.exists() and time.time() < deadline:  # the first cell is saved
+        time.sleep(0.05)
+    assert out.exists(), "no cell was written"
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted ({signal.Signals(sig).name}):"), stderr
+    kept = len(finished(read_records(out)))
+    assert f"{kept} finished cell(s) kept in {out}" in lines[0]
+    assert "resume with: ctxbench ppl --model" in lines[0] and "--out" in lines[0]
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"{kept} resumed" in again.stdout
