@@ -444,17 +444,6 @@ class CellComparison:
         return self.paired.n
 
 
-def _uses_factor(method: str, cache: dict) -> bool:
-    if method not in cache:
-        from .methods import resolve
-
-        try:
-            cache[method] = resolve(method).uses_factor
-        except UserError:
-            cache[method] = True  # a method this ctxbench does not know counts as reading it
-    return cache[method]
-
-
 def _cells(records: Iterable[dict], task: Sequence[str] | str | None) -> dict[tuple, dict[tuple[str, str], list[dict]]]:
     """(model, task, variant, setting, length) -> (label, factor) -> rows, whole-ok cells only.
 
@@ -462,19 +451,21 @@ def _cells(records: Iterable[dict], task: Sequence[str] | str | None) -> dict[tu
     merged file holds a cell twice, the later rows of each unit win (as the pivot shows the
     last run of a cell).
     """
+    from .identity import field, uses_factor
+
     tasks = {task} if isinstance(task, str) else (set(task) if task else None)
-    uses: dict[str, bool] = {}
     groups: dict[tuple, dict[tuple[str, str], dict[tuple, dict]]] = {}
     failed: set[tuple] = set()
     for r in records:
         if tasks is not None and r.get("task") not in tasks:
             continue
         length = _norm(r.get("length", ""))
-        stride = _norm(r.get("stride", ""))
-        setting = tuple((c, "" if c == "stride" and stride in ("", length) else _norm(r.get(c, ""))) for c in SETTING)
+        stride = field(r, "stride")
+        # the pivot's setting: identity columns normalised as every key compares them
+        setting = tuple((c, "" if c == "stride" and stride in ("", length) else field(r, c)) for c in SETTING)
         key = (r.get("model", ""), r.get("task", ""), r.get("variant", ""), setting, int(float(length)))
         label = r.get("label") or r.get("method", "")
-        factor = _norm(r.get("factor", "")) if _uses_factor(r.get("method", ""), uses) else ""
+        factor = _norm(r.get("factor", "")) if uses_factor(r.get("method", "")) else ""
         cell = (label, factor)
         if r.get("status", "ok") != "ok":
             failed.add((key, cell))

@@ -48,6 +48,14 @@ class PivotCell:
     hi: float | None = None
     n: int | None = None  # trials (accuracy) or documents (ppl)
     change: float | None = None  # against --baseline: relative for ppl, absolute for accuracy
+    # against --baseline, paired on the same units (ctxbench.paired): new - base in NLL nats per
+    # token (perplexity) or score, its 95% interval, p-value, Holm-adjusted p, units paired
+    delta: float | None = None
+    delta_lo: float | None = None
+    delta_hi: float | None = None
+    p_value: float | None = None
+    p_holm: float | None = None
+    paired_n: int | None = None
 
 
 @dataclass
@@ -64,6 +72,7 @@ class Pivot:
     trained_len: int | None = None
     fraction: bool = False  # values are fractions: shown as percents
     setting: str = ""  # what sets this table apart from another of the same task (e.g. "chat=true")
+    key: tuple = ()  # that setting's identity values (dataset, digests, stride, options, dtype, seed)
 
     @property
     def title(self) -> str:
@@ -144,7 +153,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         for target in targets:
             p = tables.setdefault((model, t, variant, setting, target),
                                   Pivot(model, t, variant, target, head.metric, head.higher_is_better, [], fraction=head.fraction,
-                                        setting=titles[(model, t, variant, setting)]))  # fmt: skip
+                                        setting=titles[(model, t, variant, setting)], key=setting))  # fmt: skip
             p.rows.setdefault(label, {})[n] = cell
             p.trained_len = p.trained_len or extra.get("trained_len")
     out = []
@@ -257,9 +266,37 @@ def fmt_value(p: Pivot, cell: PivotCell | None, intervals: bool = True) -> str:
         text += f" [{cell.lo:.0%}–{cell.hi:.0%}]" if percent else f" [{cell.lo:.4g}–{cell.hi:.4g}]"
     if percent and cell.n:
         text += f" n={int(cell.n)}"
-    if cell.change is not None:
+    if cell.delta is not None:
+        text += " " + fmt_paired(p, cell)
+    elif cell.change is not None:
         text += f" ({cell.change * 100:+.0f} pts)" if percent else f" ({cell.change:+.1%})"
     return text
+
+
+def fmt_paired(p: Pivot, cell: PivotCell) -> str:
+    """``(Δ +4.7% [3.7–6.2%], p=0.003)``: the paired difference against the baseline, as a
+    perplexity ratio for NLL and in points for fractions, with the Holm-adjusted p-value."""
+    if p.fraction:
+        body = f"Δ {cell.delta * 100:+.0f} pts [{cell.delta_lo * 100:+.0f}, {cell.delta_hi * 100:+.0f}]"
+    elif p.metric == "ppl":
+        ratio = lambda x: (math.exp(x) - 1) * 100  # noqa: E731  NLL difference -> perplexity ratio
+        body = f"Δ {ratio(cell.delta):+.1f}% [{ratio(cell.delta_lo):+.1f}, {ratio(cell.delta_hi):+.1f}]"
+    else:
+        body = f"Δ {cell.delta:+.3g} [{cell.delta_lo:+.3g}, {cell.delta_hi:+.3g}]"
+    return f"({body}, p={cell.p_holm:.2g})"
+
+
+def add_paired(ps: list[Pivot], comparisons) -> None:
+    """Put each paired comparison (:func:`ctxbench.paired.compare_labels`) on its pivot cell."""
+    for c in comparisons:
+        setting = tuple(v for _, v in c.setting)
+        for p in ps:
+            if (p.model, p.task, p.variant, p.key) != (c.model, c.task, c.variant, setting) or c.factor not in ("", p.factor):
+                continue
+            cell = p.rows.get(c.label, {}).get(c.length)
+            if cell is not None:
+                cell.delta, cell.delta_lo, cell.delta_hi = c.delta, c.lo, c.hi
+                cell.p_value, cell.p_holm, cell.paired_n = c.p, c.p_holm, c.n
 
 
 def len_label(n) -> str:

@@ -18,6 +18,13 @@ def pivots(records: list[dict], tasks=None, task=None, method=None, factor=None,
 
     out = build(records, tasks, task=task, method=method, factor=factor, length=length, baseline=baseline)
     annotate(out, threshold)
+    if baseline:
+        from .paired import compare_labels
+        from .pivot import add_paired
+
+        shown = [r for r in records if (not task or r["task"] in task) and (not length or int(float(r["length"])) in length)
+                 and (not method or baseline in (r.get("label"), r["method"]) or r.get("label") in method or r["method"] in method)]  # fmt: skip
+        add_paired(out, compare_labels(shown, baseline))  # Holm across the cells shown
     return out
 
 
@@ -47,6 +54,8 @@ def _long_rows(ps: list[Pivot]) -> list[dict]:
                     value=None if c is None else c.value, lo=None if c is None else c.lo, hi=None if c is None else c.hi,
                     n=None if c is None else c.n, change=None if c is None else c.change,
                     effective_length=p.effective.get(label) if p.effective else None,
+                    **{k: None if c is None else getattr(c, k) for k in ("delta", "delta_lo", "delta_hi", "p_value", "p_holm", "paired_n")},
+                    setting=p.setting,
                 ))  # fmt: skip
     return rows
 
@@ -54,7 +63,8 @@ def _long_rows(ps: list[Pivot]) -> list[dict]:
 def to_csv(ps: list[Pivot]) -> str:
     """The pivot as long rows (one per method label and length), full precision."""
     buf = io.StringIO()
-    fields = ["model", "task", "variant", "factor", "metric", "method", "length", "value", "lo", "hi", "n", "change", "effective_length"]
+    fields = ["model", "task", "variant", "factor", "metric", "method", "length", "value", "lo", "hi", "n", "change", "effective_length",
+              "delta", "delta_lo", "delta_hi", "p_value", "p_holm", "paired_n", "setting"]  # fmt: skip
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in _long_rows(ps):
@@ -66,7 +76,7 @@ def to_json(ps: list[Pivot]) -> str:
     out = []
     for p in ps:
         out.append(dict(
-            title=p.title, model=p.model, task=p.task, variant=p.variant, factor=p.factor, metric=p.metric,
+            title=p.title, model=p.model, task=p.task, variant=p.variant, factor=p.factor, metric=p.metric, setting=p.setting,
             higher_is_better=p.higher_is_better, lengths=p.lengths,
             rows=[dict(method=label, effective_length=p.effective.get(label) if p.effective else None,
                        cells={str(n): vars(c) for n, c in cells.items()}) for label, cells in p.rows.items()],
