@@ -125,19 +125,19 @@ def _check_plot_dir(path: str) -> None:
 
 @app.command()
 def methods() -> None:
-    """Every scaling method: parameters with defaults, formula and paper."""
+    """Every scaling method: parameters with defaults, type and range, formula and paper."""
     from rich.table import Table
 
     from .methods import ALIASES, METHODS
 
     table = Table(title="RoPE scaling methods (combine one frequency method with one attention method: ntk+logn)")
-    for col in ("method", "kind", "parameters (defaults)", "formula", "source"):
+    for col in ("method", "kind", "parameters (default: type)", "formula", "source"):
         table.add_column(col, overflow="fold")
     aliases = {}
     for alias, name in ALIASES.items():
         aliases.setdefault(name, []).append(alias)
     for name, m in METHODS.items():
-        params = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in m.params.items()) or "—"
+        params = "\n".join(f"{p.name}={p.shown_default()}: {p.type_text(with_auto=False)}" for p in m.declared) or "—"
         label = name + (f" ({', '.join(aliases[name])})" if name in aliases else "")
         kind = "attention" if m.attention else ("dynamic" if m.dynamic else "frequency")
         table.add_row(label, kind, params, m.formula, m.source)

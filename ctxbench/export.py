@@ -207,7 +207,7 @@ def export_settings(method: str, factor, to: str, model: str | None = None, head
     from .parsing import parse_factor
 
     engine = _engine(to)
-    setting = resolve(method, params)
+    setting = resolve(method, params, runnable=True)  # every value checked before a config is read
     s = parse_factor(factor)
     geom = _geometry(model, head_dim, base, trained_len, trust_remote_code)
     check_applicable(setting, geom)

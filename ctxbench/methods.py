@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +102,6 @@ def ntk_by_parts_freqs(
     ``(1-g_i)*theta_i/s + g_i*theta_i`` with ``g_i = clamp((r_i-alpha)/(beta-alpha), 0, 1)``,
     ``r_i = L/lambda_i``: pairs that turn many times in ``L`` (high frequency) are kept,
     pairs that turn less than once are interpolated."""
-    if not beta > alpha:
-        raise UserError(f"ntk-by-parts needs beta > alpha (got alpha={alpha}, beta={beta})", "e.g. alpha=1 beta=32")
     theta = _inv_freq(geom.base, geom, xp)
     ratio = geom.trained_len * theta / (2 * math.pi)  # r_i = L / lambda_i
     gamma = xp.clip((ratio - alpha) / (beta - alpha), 0, 1)
@@ -168,11 +167,6 @@ def llama3_freqs(
 ) -> tuple[Array, float]:
     """Llama 3.1 scaling (as transformers' ``llama3``): wavelengths above ``L/low_freq_factor`` are
     divided by ``s``, below ``L/high_freq_factor`` kept, smoothly blended in between."""
-    if not high_freq_factor > low_freq_factor:
-        raise UserError(
-            f"llama3 needs high_freq_factor > low_freq_factor (got {high_freq_factor} <= {low_freq_factor})",
-            "e.g. low_freq_factor=1 high_freq_factor=4",
-        )
     L = geom.trained_len
     inv_freq = _inv_freq(geom.base, geom, xp)
     low_freq_wavelen, high_freq_wavelen = L / low_freq_factor, L / high_freq_factor
@@ -194,23 +188,48 @@ def _longrope_factors(geom: RopeGeometry, factors) -> tuple[list[float], list[fl
                 "pass --param factors=FILE.json with {\"long_factor\": [...], \"short_factor\": [...]}",
             )
         return list(long), list(short or long)
+    try:  # checked when the method was resolved; read again here, where the numbers are used
+        return read_factors(factors)
+    except ValueError as exc:
+        raise LONGROPE_FACTORS.bad("longrope", factors, str(exc)) from None
+
+
+def read_factors(factors) -> tuple[list[float], list[float]]:
+    """LongRoPE's ``(long, short)`` per-pair factors from a list of numbers (both the same) or the
+    path of a JSON file holding such a list or ``{"long_factor": [...], "short_factor": [...]}``
+    (short defaults to long). Every factor is a finite number > 0: it divides a frequency.
+    Raises ValueError saying what is wrong (the caller names the method and parameter)."""
     if isinstance(factors, (list, tuple)):
-        return [float(x) for x in factors], [float(x) for x in factors]
+        values = _factor_list(factors, "")
+        return values, values
     path = Path(str(factors)).expanduser()
     if not path.is_file():
-        raise UserError(f"longrope factors file '{factors}' not found", "pass --param factors=PATH to a JSON file")
+        raise ValueError("is not a file")
     try:
         data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise UserError(f"longrope factors file '{factors}' is not JSON ({exc})", "fix the file") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"is not a JSON file ({exc})") from None
     if isinstance(data, list):
-        return data, data
-    if "long_factor" not in data:
-        raise UserError(
-            f"longrope factors file '{factors}' has no 'long_factor'",
-            "write {\"long_factor\": [...], \"short_factor\": [...]} with d/2 numbers each",
-        )
-    return list(data["long_factor"]), list(data.get("short_factor") or data["long_factor"])
+        values = _factor_list(data, " in its list")
+        return values, values
+    if not isinstance(data, dict) or "long_factor" not in data:
+        raise ValueError("has no 'long_factor' list")
+    long = _factor_list(data["long_factor"], " in its long_factor")
+    short = long if data.get("short_factor") is None else _factor_list(data["short_factor"], " in its short_factor")
+    if len(short) != len(long):
+        raise ValueError(f"has {len(long)} long_factor numbers but {len(short)} short_factor ones")
+    return long, short
+
+
+def _factor_list(values, where: str) -> list[float]:
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"has no list of numbers{where}")
+    if not values:
+        raise ValueError(f"has an empty list{where}" if where else "is empty")
+    for x in values:
+        if not _is_number(x) or not math.isfinite(x) or x <= 0:
+            raise ValueError(f"has {show_value(x)}{where}, not a number > 0")
+    return [float(x) for x in values]
 
 
 def longrope_freqs(
@@ -226,10 +245,7 @@ def longrope_freqs(
     long, short = _longrope_factors(geom, factors)
     chosen = long if seq_len > geom.trained_len else short
     if len(chosen) != geom.pairs:
-        raise UserError(
-            f"longrope factors have {len(chosen)} entries but the model has {geom.pairs} rotary pairs",
-            f"give exactly {geom.pairs} factors (one per pair, d/2)",
-        )
+        raise _factor_count_error(len(chosen), geom)
     ext = xp.asarray(chosen, dtype=xp.float32)
     inv_freq = 1.0 / (ext * geom.base ** _exponents(geom, xp))
     if attention_factor is None:
@@ -237,14 +253,18 @@ def longrope_freqs(
     return inv_freq, float(attention_factor)
 
 
+def _factor_count_error(n: int, geom: RopeGeometry) -> UserError:
+    return UserError(
+        f"longrope factors have {n} entries but the model has {geom.pairs} rotary pairs",
+        f"give exactly {geom.pairs} factors (one per pair, d/2)",
+    )
+
+
 def theta_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp, theta: float | None = None) -> tuple[Array, float]:
     """Adjusted base frequency (ABF; Code Llama, arXiv 2308.12950): base replaced by ``theta``."""
-    if theta is None:
+    if theta is None:  # a bare resolve("theta"); resolve(..., runnable=True) refuses it before anything loads
         raise UserError("method 'theta' needs a new base", "pass --param theta=1000000 (Code Llama used 1e6)")
-    theta = float(theta)
-    if theta <= 1:
-        raise UserError(f"theta {theta} must be > 1", "pass e.g. --param theta=1000000")
-    return _inv_freq(theta, geom, xp), 1.0
+    return _inv_freq(float(theta), geom, xp), 1.0
 
 
 class _RopeConfig:
@@ -291,18 +311,198 @@ def native_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tupl
     return xp.asarray(inv_freq.float().numpy()), float(scale)  # torch or NumPy, as asked
 
 
+KINDS = ("float", "int", "length", "bool", "choice", "factors")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One method parameter, declared once: the values it takes and what it means.
+
+    ``kind``: ``float`` (a real number), ``int`` (a whole number), ``length`` (tokens: ``512`` or
+    ``2k``), ``bool`` (true/false), ``choice`` (one of ``choices``) or ``factors`` (LongRoPE's
+    per-pair factors: a list of numbers, or a JSON file of them). ``low`` bounds numbers from below
+    (``low_inclusive``: ``>=`` rather than ``>``); ``greater_than`` names a parameter of the same
+    method this one must exceed (``beta > alpha``), checked after defaults fill in. A ``None``
+    default means the method derives the value (shown and accepted as ``auto``) unless
+    ``required``, when the user must give it. ``example`` is the value error messages suggest.
+    """
+
+    name: str
+    default: object
+    kind: str
+    help: str
+    low: float | None = None
+    low_inclusive: bool = True
+    choices: tuple[str, ...] = ()
+    greater_than: str | None = None
+    required: bool = False
+    example: object = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:  # a typo in a declaration would otherwise accept anything
+            raise ValueError(f"parameter {self.name}: unknown kind {self.kind!r} (kinds: {', '.join(KINDS)})")
+
+    @property
+    def auto(self) -> bool:
+        """The method derives the value when it is not given (``None``, or ``auto`` on the command line)."""
+        return self.default is None and not self.required
+
+    def type_text(self, with_auto: bool = True) -> str:
+        """What values it takes: ``a number > 0``, ``a whole number >= 1``, ``true or false``...
+        (``, or auto`` added where the method derives it, unless ``with_auto`` is False)."""
+        bound = ""
+        if self.low is not None:
+            bound = f" {'>=' if self.low_inclusive else '>'} {format_value(self.low)}"
+        if self.greater_than:
+            bound += f" and > {self.greater_than}" if bound else f" > {self.greater_than}"
+        text = {
+            "float": f"a number{bound}",
+            "int": f"a whole number{bound}",
+            "length": f"a length in tokens{bound} (e.g. 512 or 2k)",
+            "bool": "true or false",
+            "choice": f"one of: {', '.join(self.choices)}",
+            "factors": "a list of numbers > 0, one per rotary pair, or a JSON file of them",
+        }[self.kind]
+        return text + (", or auto" if self.auto and with_auto else "")
+
+    def shown_default(self) -> str:
+        """The default as ``ctxbench methods`` shows it: ``32``, ``true``, ``auto`` or ``required``."""
+        if self.default is None:
+            return "required" if self.required else "auto"
+        return format_value(self.default)
+
+    def bad(self, method: str, value, problem: str) -> UserError:
+        """The one-line error for a bad value: method, parameter, value, and what it takes."""
+        example = self.example if self.example is not None else self.default
+        return UserError(
+            f"bad value for {method} parameter {self.name}: {show_value(value)} {problem}",
+            f"{self.name} is {self.type_text()} ({self.help}); e.g. {self.name}={format_value(example)}",
+        )
+
+    def check(self, value, method: str):
+        """``value`` if it is one this parameter takes, as the method reads it (a ``length`` in
+        tokens, ``auto`` as ``None``, a list of factors as a tuple), else the :meth:`bad` error."""
+        if self.auto and (value is None or (isinstance(value, str) and value.strip().lower() == "auto")):
+            return None
+        try:
+            return _CHECKS[self.kind](self, value)
+        except ValueError as exc:
+            raise self.bad(method, value, str(exc)) from None
+
+    def is_grid(self, value) -> bool:
+        """A list given for this parameter means one run per item (``beta_fast = [16, 32]``); for
+        ``factors``, whose one value is a list of numbers, only a list of files or of lists is a grid."""
+        if not isinstance(value, (list, tuple)):
+            return False
+        if self.kind == "factors":
+            return all(isinstance(v, (list, tuple, str)) for v in value)
+        return True
+
+
+def _is_number(value) -> bool:
+    """A real number, and not a bool (``True`` is an int in Python, but never a number here)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def show_value(value) -> str:
+    """A value as an error quotes it: ``'abc'`` for text, ``''`` for empty, ``true``, ``nan``, ``[1, 2]``."""
+    if isinstance(value, str):
+        return repr(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _bounded(p: Param, x):
+    if not math.isfinite(x):
+        raise ValueError("is not a finite number")
+    if p.low is not None and not (x >= p.low if p.low_inclusive else x > p.low):
+        raise ValueError(f"must be {'>=' if p.low_inclusive else '>'} {format_value(p.low)}")
+    return x
+
+
+def _empty(value) -> bool:
+    return isinstance(value, str) and not value.strip()  # ``--param beta_fast=``
+
+
+def _check_float(p: Param, value):
+    if not _is_number(value):
+        raise ValueError("is empty" if _empty(value) else "is not a number")
+    return _bounded(p, value if isinstance(value, (int, float)) else float(value))
+
+
+def _check_int(p: Param, value):
+    if not _is_number(value) or not math.isfinite(value) or int(value) != value:
+        raise ValueError("is empty" if _empty(value) else "is not a whole number")
+    return _bounded(p, int(value))
+
+
+def _check_length(p: Param, value):
+    if isinstance(value, str) and value.strip():
+        try:
+            value = parse_length(value)
+        except UserError:
+            raise ValueError("is not a length") from None
+    return _check_int(p, value)
+
+
+def _check_bool(p: Param, value):
+    if not isinstance(value, bool):
+        raise ValueError("is not true or false")
+    return value
+
+
+def _check_choice(p: Param, value):
+    if value not in p.choices:
+        guess = closest(str(value), p.choices)
+        raise ValueError("is not one of the choices" + (f" (did you mean '{guess}'?)" if guess else ""))
+    return value
+
+
+def _check_factors(p: Param, value):
+    if _empty(value):
+        raise ValueError("is empty")
+    if not isinstance(value, (str, list, tuple)):
+        raise ValueError("is neither a list of numbers nor a file name")
+    read_factors(value)  # a file must exist and hold factors now, not after the model has loaded
+    return tuple(value) if isinstance(value, list) else value
+
+
+_CHECKS = {"float": _check_float, "int": _check_int, "length": _check_length, "bool": _check_bool,
+           "choice": _check_choice, "factors": _check_factors}  # fmt: skip
+
+
+# Parameters several methods share, declared once.
+BETA_FAST = Param("beta_fast", 32.0, "float", "rotations in L above which a pair is kept, not interpolated",
+                  low=0, low_inclusive=False, greater_than="beta_slow")  # fmt: skip
+BETA_SLOW = Param("beta_slow", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, low_inclusive=False)
+WINDOW = Param("window", None, "length", "neighbours within w tokens keep exact positions; auto: L/4", low=1, example="1k")
+LONGROPE_FACTORS = Param("factors", None, "factors", "LongRoPE's searched per-pair factors; auto: the model config's",
+                         example="factors.json")  # fmt: skip
+
+
 @dataclass(frozen=True, eq=False)  # registry entries are singletons: identity equality and hash
 class Method:
-    """One registry entry: the pure function and what ``ctxbench methods`` shows about it."""
+    """One registry entry: the pure function, what ``ctxbench methods`` shows about it, and its
+    parameters, each declared once (:class:`Param`)."""
 
     name: str
     fn: FreqFn | None
     formula: str
     source: str
-    params: dict = field(default_factory=dict)
+    declared: tuple[Param, ...] = ()
     dynamic: bool = False  # frequencies depend on the sequence length l
     uses_factor: bool = True
     attention: bool = False  # changes attention itself (see ctxbench.attention)
+
+    @property
+    def params(self) -> dict:
+        """``{name: default}`` of the declared parameters (``None``: derived, or required)."""
+        return {p.name: p.default for p in self.declared}
 
 
 METHODS: dict[str, Method] = {
@@ -315,28 +515,47 @@ METHODS: dict[str, Method] = {
     ),
     "ntk-by-parts": Method(
         "ntk-by-parts", ntk_by_parts_freqs, "(1-g)*theta/s + g*theta, g=clamp((L/lambda-alpha)/(beta-alpha),0,1)",
-        "YaRN paper sec. 3.2, arXiv 2309.00071", params={"alpha": 1.0, "beta": 32.0},
-    ),
+        "YaRN paper sec. 3.2, arXiv 2309.00071", declared=(
+            Param("alpha", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0),
+            Param("beta", 32.0, "float", "rotations in L above which a pair is kept", low=0, low_inclusive=False,
+                  greater_than="alpha"),
+        ),
+    ),  # fmt: skip
     "yarn": Method(
         "yarn", yarn_freqs, "by-parts ramp over pair index (beta_fast..beta_slow); scale 0.1*ln(s)+1",
-        "YaRN, arXiv 2309.00071", params={"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True, "attention_factor": None},
-    ),
+        "YaRN, arXiv 2309.00071", declared=(
+            BETA_FAST, BETA_SLOW,
+            Param("truncate", True, "bool", "round the ramp's ends to whole pairs, as the YaRN paper and llama.cpp do"),
+            Param("attention_factor", None, "float", "multiplies cos and sin; auto: 0.1*ln(s)+1", low=0, low_inclusive=False,
+                  example=1.0),
+        ),
+    ),  # fmt: skip
     "dynamic-yarn": Method(
         "dynamic-yarn", dynamic_yarn_freqs, "yarn with s = max(1, l/L)", "YaRN repo (jquesnelle/yarn)",
-        params={"beta_fast": 32.0, "beta_slow": 1.0}, dynamic=True, uses_factor=False,
+        declared=(BETA_FAST, BETA_SLOW), dynamic=True, uses_factor=False,
     ),
     "llama3": Method(
         "llama3", llama3_freqs, "lambda > L/lo: theta/s; lambda < L/hi: theta; smooth between",
-        "Llama 3.1, arXiv 2407.21783", params={"low_freq_factor": 1.0, "high_freq_factor": 4.0},
-    ),
+        "Llama 3.1, arXiv 2407.21783", declared=(
+            Param("low_freq_factor", 1.0, "float", "wavelengths above L/low_freq_factor are divided by s", low=0, low_inclusive=False),
+            Param("high_freq_factor", 4.0, "float", "wavelengths below L/high_freq_factor are kept", low=0, low_inclusive=False,
+                  greater_than="low_freq_factor"),
+        ),
+    ),  # fmt: skip
     "longrope": Method(
         "longrope", longrope_freqs, "theta_i / lambda_i (searched); scale sqrt(1+ln(s)/ln(L))",
-        "LongRoPE, arXiv 2402.13753", params={"factors": None, "attention_factor": None}, dynamic=True,
-    ),
+        "LongRoPE, arXiv 2402.13753", declared=(
+            LONGROPE_FACTORS,
+            Param("attention_factor", None, "float", "multiplies cos and sin; auto: sqrt(1+ln(s)/ln(L))", low=0,
+                  low_inclusive=False, example=1.0),
+        ), dynamic=True,
+    ),  # fmt: skip
     "theta": Method(
         "theta", theta_freqs, "base replaced by theta", "ABF, Code Llama arXiv 2308.12950",
-        params={"theta": None}, uses_factor=False,
-    ),
+        declared=(Param("theta", None, "float", "the new rope base b; Code Llama used 1e6", low=1, low_inclusive=False,
+                        required=True, example=1000000),),
+        uses_factor=False,
+    ),  # fmt: skip
     "native": Method(
         "native", native_freqs, "the model config's own RoPE scaling (its rope_type and parameters), as shipped",
         "transformers ROPE_INIT_FUNCTIONS", uses_factor=False, dynamic=True,
@@ -348,16 +567,22 @@ METHODS: dict[str, Method] = {
     ),
     "rerope": Method(
         "rerope", None, "relative position p -> min(p, w)", "ReRoPE (Su, 2023)",
-        params={"window": None}, uses_factor=False, attention=True,
+        declared=(WINDOW,), uses_factor=False, attention=True,
     ),
+    # k = 1 is allowed: it is plain RoPE (the value auto gives at s = 1), as self-extend's group = 1;
+    # k < 1 would spread far positions wider than plain RoPE, the opposite of the method.
     "leaky-rerope": Method(
         "leaky-rerope", None, "p -> p if p < w else w + (p-w)/k", "Leaky ReRoPE (Su, 2023)",
-        params={"window": None, "k": None}, attention=True,
-    ),
+        declared=(WINDOW, Param("k", None, "float", "slope 1/k beyond the window; auto: the least k that keeps s*L within L",
+                                low=1, example=2)),
+        attention=True,
+    ),  # fmt: skip
     "self-extend": Method(
         "self-extend", None, "p < w: p; else q//G + w - w//G - k//G", "Self-Extend, arXiv 2401.01325",
-        params={"window": None, "group": None}, attention=True,
-    ),
+        declared=(WINDOW, Param("group", None, "int", "G far positions share one; auto: the least G that keeps s*L within L",
+                                low=1, example=4)),
+        attention=True,
+    ),  # fmt: skip
 }
 
 ALIASES: dict[str, str] = {"pi": "linear", "dynamic": "dynamic-ntk", "abf": "theta", "plain": "none", "shipped": "native"}
@@ -384,6 +609,10 @@ class MethodSetting:
 
     def defaults(self) -> dict:
         return {**self.freq.params, **(self.attention.params if self.attention else {})}
+
+    def declarations(self) -> dict[str, Param]:
+        """``{name: Param}`` of every parameter its parts declare."""
+        return {p.name: p for m in (self.freq, self.attention) if m is not None for p in m.declared}
 
     @property
     def param_dict(self) -> dict:
@@ -458,12 +687,17 @@ def _canonical(name: str) -> str:
     return name
 
 
-def resolve(spec: str, params: dict | None = None, label: str | None = None) -> MethodSetting:
+def resolve(spec: str, params: dict | None = None, label: str | None = None, *, runnable: bool = False) -> MethodSetting:
     """``"ntk+logn"``, ``{"beta_fast": 16}`` -> a :class:`MethodSetting` with defaults filled in.
 
-    Raises :class:`UserError` for unknown names, unknown parameters and combinations other than
-    one frequency method plus one attention-level method, where a two-branch method (``rerope``,
-    ``leaky-rerope``, ``self-extend``) may also take ``logn``: ``ntk+rerope+logn``.
+    The one place parameter values are checked, before any model loads: every given value
+    against its declaration (:class:`Param`: type, range, ``auto``), then the rules between
+    parameters (``beta > alpha``). ``runnable=True`` (what runs or exports a method) also
+    refuses a required parameter left out (``theta``); a bare ``resolve("theta")`` names the
+    method without running it. Raises :class:`UserError` for unknown names, unknown parameters,
+    bad values and combinations other than one frequency method plus one attention-level
+    method, where a two-branch method (``rerope``, ``leaky-rerope``, ``self-extend``) may also
+    take ``logn``: ``ntk+rerope+logn``.
     """
     params = dict(params or {})
     parts = [_canonical(p) for p in str(spec).split("+") if p.strip()]
@@ -478,24 +712,43 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None) -> 
         raise UserError(f"cannot combine '{spec}'", combinations_hint())
     freq = METHODS[freqs[0]] if freqs else METHODS["none"]
     attention = METHODS[attns[0]] if attns else None
-    defaults = {**freq.params, **(attention.params if attention else {})}
+    owner = {p.name: m.name for m in (freq, attention) if m is not None for p in m.declared}
+    declared = {p.name: p for m in (freq, attention) if m is not None for p in m.declared}
     for key in params:
-        if key not in defaults:
-            guess = closest(key, defaults)
-            known = ", ".join(defaults) or "none"
+        if key not in declared:
+            guess = closest(key, declared)
+            known = ", ".join(declared) or "none"
             raise UserError(
                 f"unknown parameter '{key}' for method '{spec}'",
                 (f"did you mean '{guess}'? " if guess else "") + f"its parameters are: {known}",
             )
-    merged = {k: tuple(v) if isinstance(v, list) else v for k, v in {**defaults, **params}.items()}
-    for key in ("window",):
-        if merged.get(key) is not None and isinstance(merged[key], str):
-            merged[key] = parse_length(merged[key])
+    merged = {k: p.default for k, p in declared.items()}
+    merged.update({k: declared[k].check(v, owner[k]) for k, v in params.items()})
+    _check_rules(declared, merged, owner, runnable)
+    merged = {k: tuple(v) if isinstance(v, list) else v for k, v in merged.items()}
     parts = [freq.name] if attention is None or freq.name != "none" else []
     parts += [attention.name] if attention is not None else []
     parts += ["logn"] if logn else []
     return MethodSetting(name="+".join(parts), freq=freq, attention=attention, params=tuple(sorted(merged.items())), logn=logn,
                          label=label or "")  # fmt: skip
+
+
+def _check_rules(declared: dict[str, Param], values: dict, owner: dict[str, str], runnable: bool) -> None:
+    """What no single value shows: a required parameter left out, ``beta <= alpha``."""
+    for p in declared.values():
+        if runnable and p.required and values[p.name] is None:
+            raise UserError(
+                f"method '{owner[p.name]}' needs parameter {p.name} ({p.help})",
+                f"{p.name} is {p.type_text()}; e.g. {p.name}={format_value(p.example)}",
+            )
+        other = p.greater_than
+        if other and values[p.name] is not None and values[other] is not None and not values[p.name] > values[other]:
+            q = declared[other]
+            raise UserError(
+                f"{owner[p.name]} needs {p.name} > {other} (got {other}={show_value(values[other])}, "
+                f"{p.name}={show_value(values[p.name])})",
+                f"e.g. {other}={format_value(q.default)} {p.name}={format_value(p.default)}",
+            )
 
 
 def combinations_hint() -> str:
@@ -552,9 +805,13 @@ def check_applicable(setting: MethodSetting, geom: RopeGeometry, seq_len: int | 
 
     A model without RoPE (ALiBi, learned absolute positions) runs only ``none`` and ``native``, the
     model as it is; every scaling method is an error. A learned absolute-position table ends at
-    ``max_positions``: a longer sequence is an error, not an index crash inside the model.
+    ``max_positions``: a longer sequence is an error, not an index crash inside the model. LongRoPE
+    factors the user gave must number ``d/2``, which only the geometry tells (resolve checked the rest).
     """
     if geom.has_rope:
+        factors = setting.param_dict.get("factors") if setting.freq.name == "longrope" else None
+        if factors is not None and len(_longrope_factors(geom, factors)[0]) != geom.pairs:
+            raise _factor_count_error(len(_longrope_factors(geom, factors)[0]), geom)
         return
     if setting.name not in BASELINES:
         raise UserError(

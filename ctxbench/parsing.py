@@ -80,7 +80,8 @@ def parse_factors(text) -> list[float]:
 
 
 def parse_value(text: str):
-    """A parameter value: JSON number/bool/list if it parses, else the string."""
+    """A parameter value: JSON number/bool/list if it parses, else the string (``2k``, a file name).
+    Its type is checked where the method is resolved, against the parameter's declaration."""
     if not isinstance(text, str):
         return text
     lowered = text.strip().lower()
@@ -92,20 +93,42 @@ def parse_value(text: str):
         return text
 
 
+def _split_top_level(item: str) -> list[str]:
+    """``"factors=[1,2],x=3"`` -> ``["factors=[1,2]", "x=3"]``: commas inside ``[...]`` or ``{...}``
+    belong to one JSON value (a list such as LongRoPE's factors), not to the grid."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(item):
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth < 0:
+                raise UserError(f"bad --param '{item}': a '{ch}' closes nothing", "balance the brackets, e.g. --param factors=[1,2]")
+        elif ch == "," and depth == 0:
+            parts.append(item[start:i])
+            start = i + 1
+    if depth:
+        raise UserError(f"bad --param '{item}': a bracket is never closed", "balance the brackets, e.g. --param factors=[1,2]")
+    return split_list([*parts, item[start:]], what="--param")
+
+
 def parse_params(items: list[str] | None) -> dict:
     """``["beta_fast=16,32", "window=2k"]`` -> ``{"beta_fast": [16, 32], "window": "2k"}``.
 
     A comma list after ``key=`` is a grid of values (one method entry per value); an item
-    without ``=`` continues the previous key's list. A key given twice is an error.
+    without ``=`` continues the previous key's list. A bracketed JSON value is one value, commas
+    and all: ``factors=[1.0,1.5]``. A key given twice, or a grid listing a value twice, is an error.
     """
     params: dict = {}
+    grids: set[str] = set()  # keys whose list is a comma grid, not one JSON list value
     for item in items or []:
         key = None
-        for part in split_list(item, what="--param"):
-            if "=" not in part:
+        for part in _split_top_level(item):
+            if "=" not in part or part.lstrip().startswith(("[", "{")):
                 if key is None:
                     raise UserError(f"bad --param '{part}'", "write key=value, e.g. --param beta_fast=16")
-                params[key] = [*params[key], parse_value(part)] if isinstance(params[key], list) else [params[key], parse_value(part)]
+                params[key] = [*params[key], parse_value(part)] if key in grids else [params[key], parse_value(part)]
+                grids.add(key)
                 continue
             key, value = part.split("=", 1)
             key = key.strip()
@@ -114,7 +137,7 @@ def parse_params(items: list[str] | None) -> dict:
             if key in params:
                 raise UserError(f"--param {key} is given twice", f"give one list instead, e.g. --param {key}=16,32")
             params[key] = parse_value(value.strip())
-    for key, value in params.items():
-        if isinstance(value, list) and len(set(map(repr, value))) != len(value):
+    for key in grids:
+        if len(set(map(repr, params[key]))) != len(params[key]):
             raise UserError(f"--param {key} lists a value twice", "list each value once")
     return params

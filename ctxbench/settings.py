@@ -15,33 +15,40 @@ import itertools
 from .errors import UserError, unknown
 from .parsing import parse_factors, parse_lengths, split_list
 
-# Parameters whose value is itself a list (LongRoPE's per-pair factors): never expanded to a grid.
-LIST_VALUED = {"factors"}
 
+def expand(params: dict, declared: dict | None = None, method: str = "") -> list[dict]:
+    """``{"a": [1, 2], "b": 3}`` -> ``[{"a": 1, "b": 3}, {"a": 2, "b": 3}]`` (keys in order).
 
-def expand(params: dict) -> list[dict]:
-    """``{"a": [1, 2], "b": 3}`` -> ``[{"a": 1, "b": 3}, {"a": 2, "b": 3}]`` (keys in order)."""
+    ``declared`` (``{name: Param}``) says which lists are grids: for a list-valued parameter
+    (LongRoPE's ``factors``) a list of numbers is one value, a list of files or lists a grid."""
     keys = list(params)
-    choices = [
-        list(params[k]) if isinstance(params[k], (list, tuple)) and k not in LIST_VALUED else [params[k]] for k in keys
-    ]
+
+    def grid(k) -> bool:
+        p = (declared or {}).get(k)
+        return p.is_grid(params[k]) if p is not None else isinstance(params[k], (list, tuple))
+
+    choices = [list(params[k]) if grid(k) else [params[k]] for k in keys]
     for k, values in zip(keys, choices, strict=True):
         if not values:
-            raise UserError(f"parameter '{k}' has an empty list of values", "give at least one value")
+            owner = f"{method} parameter" if method else "parameter"
+            raise UserError(f"{owner} '{k}' has an empty list of values", "give at least one value")
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*choices)]
 
 
 def method_entries(name: str, params: dict | None = None, label: str | None = None) -> list:
     """One method name with its parameters -> its resolved entries (a grid if values are lists).
-    A given ``label`` names a single entry, or is suffixed with the parameters of each grid point."""
+    A given ``label`` names a single entry, or is suffixed with the parameters of each grid point.
+    Every entry is checked as one that will run (:func:`ctxbench.methods.resolve`, ``runnable``)."""
     from .methods import default_label, resolve
 
-    grid = expand(dict(params or {}))
+    params = dict(params or {})
+    declared = resolve(name).declarations()
+    grid = expand(params, declared, name)
     out = []
     for point in grid:
-        setting = resolve(name, point)
+        setting = resolve(name, point, runnable=True)
         if label:
-            varying = {k: v for k, v in point.items() if isinstance((params or {}).get(k), (list, tuple)) and k not in LIST_VALUED}
+            varying = {k: v for k, v in point.items() if k in declared and declared[k].is_grid(params[k])}
             setting = dataclasses.replace(setting, label=default_label(label, varying, {}) if varying else label)
         out.append(setting)
     return out
@@ -114,3 +121,69 @@ def build_settings(task, methods, factors=2.0, lengths=None, options: dict | Non
     if task.validate:
         task.validate(settings)
     return settings
+
+
+# ---- model-loading values, checked before anything loads ---------------------------------------
+
+DEVICES = ("auto", "cpu", "cuda")  # and cuda:N (models.resolve_device)
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # models.DTYPES, and auto
+# Attention kernels transformers 5 runs a whole model with (its AttentionInterface names, plus
+# eager). Left out: flash_attention_4 (Blackwell-only), paged|eager (continuous batching; ctxbench
+# feeds one unpadded sequence per row) and Hub kernel repos.
+ATTN_KERNELS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+# The module each flash kernel imports (transformers' is_flash_attn_{2,3}_available) and how to install it.
+FLASH_MODULES = {
+    "flash_attention_2": ("flash_attn", "pip install flash-attn"),
+    "flash_attention_3": ("flash_attn_interface", "build flash-attention's hopper/ package (FlashAttention-3, H100)"),
+}
+
+
+def is_device(device) -> bool:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N``: what ``--device`` takes."""
+    if not isinstance(device, str):
+        return False
+    index = device.removeprefix("cuda:")
+    return device in DEVICES or (device.startswith("cuda:") and index.isdigit())
+
+
+def check_attn(attn: str | None, device: str, *, flag: str = "--attn") -> None:
+    """Raise :class:`UserError` unless the attention kernel ``attn`` can run on ``device``.
+
+    ``None`` is transformers' default (sdpa). A flash kernel needs a CUDA GPU — ``device="cpu"``,
+    or ``"auto"`` on a machine without one, is an error — and its package (``flash_attn``;
+    or the ``kernels`` package, from which transformers fetches a Hub build instead). ``flag``
+    names the setting in messages: ``--attn`` on the command line, ``attn =`` in a suite.
+    torch is imported only to ask whether ``auto`` has a GPU, for a flash kernel.
+    """
+    if attn is None:
+        return
+    if attn not in ATTN_KERNELS:
+        from .errors import closest
+        from .methods import show_value
+
+        guess = closest(str(attn), ATTN_KERNELS)
+        hint = f"did you mean '{guess}'? " if guess else ""
+        raise UserError(f"unknown {flag.rstrip(' =')} kernel {show_value(attn)}", f"{hint}choose one of: {', '.join(ATTN_KERNELS)}")
+    if attn not in FLASH_MODULES:
+        return
+    module, install = FLASH_MODULES[attn]
+    device_flag = flag.replace("attn", "device")
+    if device == "cpu":
+        raise UserError(f"{_option(flag, attn)} needs a CUDA GPU, and {_option(device_flag, device)} asks for the CPU",
+                        f"use {_option(flag, 'sdpa')} on the CPU")  # fmt: skip
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None and importlib.util.find_spec("kernels") is None:
+        raise UserError(f"{_option(flag, attn)} needs the '{module}' package, which is not installed",
+                        f"use {_option(flag, 'sdpa')}, or {install}")  # fmt: skip
+    if device == "auto":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"{_option(flag, attn)} needs a CUDA GPU, and none is visible ({_option(device_flag, 'auto')} runs on the CPU)",
+                            f"use {_option(flag, 'sdpa')} on the CPU")  # fmt: skip
+
+
+def _option(flag: str, value) -> str:
+    """``--attn sdpa`` on the command line, ``attn = "sdpa"`` in a suite."""
+    return f'{flag} "{value}"' if flag.endswith("=") else f"{flag} {value}"

@@ -37,9 +37,9 @@ def test_window_at_or_above_the_length_warns_that_the_method_is_a_no_op(tiny_lm,
     assert not any("length 128" in n for n in notes)
 
 
-def test_window_of_zero_is_a_user_error(tiny_lm):
-    with pytest.raises(UserError, match="window 0 must be >= 1"):
-        effective_params(resolve("rerope", {"window": 0}), tiny_lm.geometry, 2.0)
+def test_window_of_zero_is_a_user_error_before_the_model_is_used():
+    with pytest.raises(UserError, match="rerope parameter window: 0 must be >= 1"):
+        resolve("rerope", {"window": 0})
 
 
 def test_unknown_combination_lists_what_combines():

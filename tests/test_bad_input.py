@@ -102,7 +102,7 @@ CASES = [
     ("model without RoPE", ["freqs", "--method", "ntk", "--model", "gpt2"], "no rotary position embedding"),
     ("hub id offline and not cached", ["freqs", "--method", "ntk", "--model", "nobody/not-a-model-xyz"], "HF_HUB_OFFLINE"),
     ("unknown option", ["ppl", "--bogus", *OUT], "No such option"),
-    ("theta without a base", ["freqs", "--method", "theta", "--head-dim", "64", "--base", "1e4", "--trained-len", "4k"], "needs a new base"),
+    ("theta without a base", ["freqs", "--method", "theta", "--head-dim", "64", "--base", "1e4", "--trained-len", "4k"], "needs parameter theta"),
     ("freqs without geometry", ["freqs", "--method", "ntk"], "needs a geometry"),
     ("depth above one", ["passkey", "--depths", "0.5,1.5", *OUT], "1.5"),
     ("zero trials", ["passkey", "--trials", "0", *OUT], "trials"),

@@ -172,7 +172,7 @@ def test_a_method_an_engine_lacks_is_one_user_error_naming_what_it_supports(engi
     (dict(method="yarn", to="vllm"), "export needs a geometry"),
     (dict(method="yarn", to="vllm", params={"beta": 3}, **GEOM), "unknown parameter 'beta'"),
     (dict(method="yarn", to="llamacpp", params={"truncate": False}, **GEOM), "llamacpp cannot express yarn with truncate=false"),
-    (dict(method="theta", to="transformers", **GEOM), "needs a new base"),
+    (dict(method="theta", to="transformers", **GEOM), "method .theta. needs parameter theta"),
     (dict(method="longrope", to="transformers", **GEOM), "longrope needs per-pair rescale factors"),
 ])  # fmt: skip
 def test_bad_input_is_one_user_error(kwargs, words):
