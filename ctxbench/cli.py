@@ -69,6 +69,8 @@ def _task_command(task) -> None:
                               annotation=bool | None))  # fmt: skip
         else:
             params.append(opt(option.name, None, option.cli_flag, help=option.help, metavar=option.metavar))
+        for i, alias in enumerate(option.aliases):  # an old spelling: accepted, hidden, with a deprecation note
+            params.append(opt(f"{option.name}__alias{i}", None, alias, help=f"deprecated spelling of {option.cli_flag}", hidden=True))
     params += [
         opt("out", f"ctxbench-{task.name}.csv", "--out", "-o", help="results CSV (appended; finished cells are skipped)", annotation=str),
         opt("plot", None, "--plot", help="directory for PNG plots of this run's results"),
@@ -97,7 +99,7 @@ def _run_task_command(task, values: dict) -> None:
     from .runner import Job, ModelConfig, execute
     from .settings import build_settings, resolve_methods
 
-    options = {o.name: values[o.name] for o in task.options}
+    options = {o.name: _with_aliases(o, values) for o in task.options}
     methods = resolve_methods(values["method"], parse_params(values["param"]))
     settings = build_settings(task, methods, values["factor"], values["length"], options)
     if values["plot"]:
@@ -113,6 +115,20 @@ def _run_task_command(task, values: dict) -> None:
 
         for path in write_plots(read_records(out), values["plot"]):
             console.print(f"plot: {path}")
+
+
+def _with_aliases(option, values: dict):
+    """An option's raw value, from its flag or one of its old spellings (not both)."""
+    value = values[option.name]
+    for i, alias in enumerate(option.aliases):
+        old = values.get(f"{option.name}__alias{i}")
+        if old is None:
+            continue
+        if value is not None:
+            raise UserError(f"give {option.cli_flag} or {alias}, not both", f"{alias} is the old spelling of {option.cli_flag}")
+        value = option.alias_parse(old) if option.alias_parse else old  # a bad value: its error alone, no note
+        err.print(f"note: {alias} is deprecated and will be removed in a later release; use {option.cli_flag}", markup=False)
+    return value
 
 
 def _check_plot_dir(path: str) -> None:
@@ -264,8 +280,10 @@ def compare(
     rtol: float = typer.Option(0.02, "--rtol", help="tolerance: relative for ppl, absolute for accuracy"),
     threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85%% of the shortest length's score)"),
     fmt: str = typer.Option("table", "--format", help="table | markdown"),
+    strict: bool = typer.Option(False, "--strict", help="also fail on any change of a rerun (same weights and data) beyond float tolerance"),
 ) -> None:
-    """Per-cell change between two results files; exit 1 if anything got worse beyond noise."""
+    """Per-cell change between two results files; exit 1 if anything got worse (a rerun on the same
+    weights and data: beyond --rtol; otherwise also beyond noise), failed, went NaN or is missing."""
     from .compare import compare as run_compare
     from .compare import failed, pct, to_markdown
     from .compare import fmt as show
@@ -274,12 +292,13 @@ def compare(
         raise UserError(f"unknown --format '{fmt}'", "use table or markdown")
     changes, notes = run_compare(base, new, rtol, threshold)
     if fmt == "markdown":
-        sys.stdout.write(to_markdown(changes, notes, rtol))
+        sys.stdout.write(to_markdown(changes, notes, rtol, strict))
     else:
         from rich.table import Table
 
-        colour = {"worse": "red", "missing": "red", "failed": "red", "better": "green", "new": "cyan", "ok": ""}
-        table = Table(title=f"{base} -> {new} (rtol {rtol:g}, beyond noise)")
+        colour = {"worse": "red", "missing": "red", "failed": "red", "better": "green", "new": "cyan", "ok": "",
+                  "changed": "red" if strict else "yellow"}  # fmt: skip
+        table = Table(title=f"{base} -> {new} (rtol {rtol:g})")
         for col in ("task", "method", "factor", "length", "depth", "metric", "base", "new", "change", "status", "why"):
             table.add_column(col)
         for c in changes:
@@ -292,7 +311,7 @@ def compare(
         console.print(table)
         for note in notes:
             console.print(f"[yellow]note:[/] {note}")
-    if failed(changes):
+    if failed(changes, strict):
         raise typer.Exit(1)
 
 
@@ -323,10 +342,19 @@ def report(
         task=split_list(task, "--task") if task else None, method=split_list(method, "--method") if method else None,
         factor=parse_factors(factor) if factor else None, length=parse_lengths(length) if length else None,
     )
-    records = [r for f in files for r in read_records(f)]
+    from .identity import drop_partial
     from .tasks import registry
 
-    ps = pivots(records, registry(), baseline=baseline, threshold=threshold, **filters)
+    tasks = registry()
+    records = []
+    for f in files:
+        whole, partial = drop_partial(read_records(f), tasks)
+        records += whole
+        if partial:
+            err.print(f"note: {f}: {len(partial)} partial cell(s) left out ({'; '.join(partial[:3])}{' ...' if len(partial) > 3 else ''}): "
+                      "rows are missing (a hand edit?) — rerun the command that wrote them to complete them", markup=False)  # fmt: skip
+    _check_filters(records, filters)
+    ps = pivots(records, tasks, baseline=baseline, threshold=threshold, **filters)
     if fmt == "markdown":
         sys.stdout.write(to_markdown(ps))
     elif fmt == "csv":
@@ -345,6 +373,66 @@ def report(
 
         for path in write_plots(records, plot):
             console.print(f"plot: {path}")
+
+
+@app.command()
+def rank(
+    files: list[str] = typer.Argument(..., help="one or more results CSVs"),
+    length: str = typer.Option(..., "--len", "-l", help="the length to rank the methods at, e.g. 16k"),
+    task: str | None = typer.Option(None, "--task", help="only these tasks (comma list)"),
+    alpha: float = typer.Option(0.05, "--alpha", help="family-wise error rate of the pairwise tests (Holm)"),
+    fmt: str = typer.Option("table", "--format", help="table | markdown | json"),
+) -> None:
+    """Methods at one length, best first, and which pairs are separated: paired tests on the same
+    documents or trials, Holm-adjusted; methods sharing a letter are not separated."""
+    from .identity import drop_partial
+    from .parsing import parse_length, split_list
+    from .results import read_records
+    from .tasks import registry
+
+    if fmt not in ("table", "markdown", "json"):
+        raise UserError(f"unknown --format '{fmt}'", "use table, markdown or json")
+    if not 0 < alpha < 1:
+        raise UserError(f"--alpha {alpha} is outside (0, 1)", "e.g. --alpha 0.05")
+    n = parse_length(length)
+    tasks = registry()
+    records = []
+    for f in files:
+        records += drop_partial(read_records(f), tasks)[0]
+    filters = {"task": split_list(task, "--task") if task else None}
+    _check_filters(records, filters)
+    if n not in {int(float(r["length"])) for r in records}:
+        from .pivot import len_label
+
+        have = sorted({int(float(r["length"])) for r in records})
+        raise UserError(f"no cell at length {n} in these results", f"rank at one of: {', '.join(len_label(x) for x in have)}")
+    from .paired import rank as rank_methods
+    from .ranking import ranking_json, ranking_markdown, ranking_table
+
+    rankings = rank_methods(records, n, task=filters["task"], alpha=alpha)
+    if fmt == "json":
+        sys.stdout.write(ranking_json(rankings))
+    elif fmt == "markdown":
+        sys.stdout.write(ranking_markdown(rankings))
+    else:
+        for r in rankings:
+            console.print(ranking_table(r))
+    if not rankings:
+        err.print("note: no table has two methods with paired rows at that length", markup=False)
+
+
+def _check_filters(records: list[dict], filters: dict) -> None:
+    """A --task or --method that no row has is a typo until shown otherwise: did-you-mean."""
+    from .errors import unknown
+
+    present = {
+        "task": {r["task"] for r in records},
+        "method": {r.get("label") or r["method"] for r in records} | {r["method"] for r in records},
+    }
+    for name, have in present.items():
+        for wanted in filters.get(name) or []:
+            if wanted not in have:
+                raise unknown(f"{name} in these results", wanted, have)
 
 
 @app.command()
@@ -383,12 +471,45 @@ def _register_tasks() -> None:
 _register_tasks()
 
 
+class _Terminated(KeyboardInterrupt):
+    signal_name = "SIGTERM"
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated()
+
+
+def _resume_command() -> str:
+    """The command line that was run, as the one that resumes it (without --no-resume)."""
+    import shlex
+
+    args = [a for a in sys.argv[1:] if a != "--no-resume"]
+    return "ctxbench " + shlex.join(args)
+
+
 def main() -> None:
-    """Entry point: user errors -> one line and exit 2."""
+    """Entry point: user errors -> one line and exit 2; SIGINT/SIGTERM -> one line saying what is
+    kept and how to resume (exit 130 / 143)."""
+    import signal
+
+    from .runner import Interrupted
+
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show "—" or "θ" must not turn output into a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)  # returns the code of a typer.Exit in this mode
         if isinstance(code, int) and code:
             sys.exit(code)
+    except Interrupted as exc:
+        where = f"kept in {exc.out}" if exc.out is not None else "not saved (no --out)"
+        err.print(f"interrupted ({exc.signal_name}): {exc.kept} finished cell(s) {where}; resume with: {_resume_command()}",
+                  markup=False)  # fmt: skip
+        sys.exit(143 if exc.signal_name == "SIGTERM" else 130)
+    except KeyboardInterrupt as exc:  # before or after a run: nothing half-written
+        err.print(f"interrupted ({getattr(exc, 'signal_name', 'SIGINT')}): no results were being written", markup=False)
+        sys.exit(143 if isinstance(exc, _Terminated) else 130)
     except UserError as exc:
         err.print(exc.line(), markup=False)
         sys.exit(2)

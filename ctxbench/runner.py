@@ -37,10 +37,12 @@ class ModelConfig:
     quantization: str | None = None
 
     def check(self) -> None:
-        """What can be checked without loading: the model's files are where it says (a missing
-        path fails here, before the plan)."""
+        """What can be checked without loading: the attention kernel can run on the device, and
+        the model's files are where it says (a missing path fails here, before the plan)."""
         from .modelfiles import locate
+        from .settings import check_attn
 
+        check_attn(self.attn, self.device)
         locate(self.model)
 
     def load(self):
