@@ -181,7 +181,7 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
 
 # Key columns a hand edit can break in ways every reader would trip over later: checked on load.
 # (column, must be a whole number, may be empty)
-_TYPED = (("length", True, False), ("seed", True, False), ("stride", True, True), ("factor", False, True), ("depth", False, True))
+_TYPED = (("length", True, False), ("seed", True, True), ("stride", True, True), ("factor", False, True), ("depth", False, True))
 
 
 def _check_types(path: Path, record: dict, line: int) -> None:

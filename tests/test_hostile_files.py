@@ -75,7 +75,7 @@ MALFORMED = {
     "length is text": _edit("length", "four k"),
     "length is a fraction": _edit("length", "4096.5"),
     "length is inf": _edit("length", "inf"),
-    "seed is empty": _edit("seed", ""),
+    "seed is a fraction": _edit("seed", "0.5"),
     "seed is text": _edit("seed", "zero"),
     "factor is text": _edit("factor", "two", where=lambda r: r["factor"] != ""),
     "factor is nan": _edit("factor", "nan", where=lambda r: r["factor"] != ""),
@@ -90,7 +90,7 @@ WORDS = {
     "a row with too few fields": "has 3 fields", "a row with too many fields": "fields, expected",
     "cut off mid-row": "truncated", "no newline at the end": "does not end with a newline",
     "length is text": "length 'four k' is not a whole number", "length is a fraction": "length '4096.5'",
-    "length is inf": "length 'inf'", "seed is empty": "seed '' is not a whole number",
+    "length is inf": "length 'inf'", "seed is a fraction": "seed '0.5' is not a whole number",
     "seed is text": "seed 'zero'", "factor is text": "factor 'two' is not a number", "factor is nan": "factor 'nan'",
     "depth is text": "depth 'middle'", "stride is text": "stride 'wide'",
 }  # fmt: skip

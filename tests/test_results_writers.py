@@ -143,7 +143,7 @@ def test_add_does_not_reread_an_unchanged_file(tmp_path, monkeypatch):
 
 def test_a_damaged_row_names_file_line_and_fix(tmp_path):
     path = tmp_path / "out.csv"
-    good = ["x"] * len(COLUMNS)
+    good = [{"length": "64", "seed": "0", "factor": "", "stride": "", "depth": ""}.get(c, "x") for c in COLUMNS]  # typed key columns
     quoted = list(good)
     quoted[-1] = '"two\nlines"'  # a quoted field spanning two physical lines
     path.write_text("\n".join([",".join(COLUMNS), ",".join(quoted), ",".join(good[:5]), ",".join(good)]) + "\n")
