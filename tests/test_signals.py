@@ -37,3 +37,4 @@ def test_a_signal_mid_run_says_what_is_kept_and_how_to_resume(tmp_path, saved_mo
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert f"{kept} resumed" in again.stdout
+
