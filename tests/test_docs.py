@@ -19,7 +19,6 @@ def test_the_readme_command_table_has_every_command():
     import typer.main
 
     from ctxbench.cli import app
-
     from ctxbench.tasks import registry
 
     plugins = {n for n, t in registry().items() if not getattr(t.prepare, "func", t.prepare).__module__.startswith("ctxbench.")}
