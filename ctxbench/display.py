@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .pivot import Pivot, build, fmt_value, len_label
+from .pivot import Pivot, build, fmt_effective, fmt_value, len_label
 
 
 def pivot_table(p: Pivot):
@@ -31,8 +31,7 @@ def pivot_table(p: Pivot):
             text = fmt_value(p, cells.get(n))
             row.append(f"[bold green]{text}[/]" if n in cells and cells[n].value == best.get(n) else text)
         if p.effective:
-            eff = p.effective.get(label)
-            row.append(len_label(eff) if eff else "—")
+            row.append(fmt_effective(p, label))
         table.add_row(label, *row)
     return table
 

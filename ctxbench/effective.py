@@ -27,6 +27,7 @@ import math
 
 RELATIVE = 0.85
 PPL_TOL = 0.10
+REPS = 500  # bootstrap resamples of an effective length (a few discrete lengths: 500 settle its 2.5% and 97.5% points)
 
 
 def effective_length(values: dict[int, float], higher_is_better: bool, threshold: float | None = None,
@@ -67,11 +68,49 @@ def check_threshold(threshold: float | None) -> None:
         raise UserError(f"--threshold {threshold} is outside (0, 1]", "give an absolute score such as 0.8, or omit it for 85% of the shortest length's score")
 
 
-def annotate(pivots, threshold: float | None = None, ppl_tol: float = PPL_TOL) -> None:
-    """Fill ``pivot.effective[label]`` for every pivot with at least two lengths."""
+def annotate(pivots, threshold: float | None = None, ppl_tol: float = PPL_TOL, reps: int = REPS) -> None:
+    """Fill ``pivot.effective[label]`` for every pivot with at least two lengths, and
+    ``pivot.effective_ci[label]`` where its cells hold the trials or documents to resample."""
     for p in pivots:
         if len(p.lengths) < 2:
             continue
-        p.effective = {label: effective_length({n: c.value for n, c in cells.items()}, p.higher_is_better, threshold, ppl_tol,
-                                               {n: (c.lo, c.hi) for n, c in cells.items()})
-                       for label, cells in p.rows.items()}  # fmt: skip
+        for label, cells in p.rows.items():
+            intervals = {n: (c.lo, c.hi) for n, c in cells.items()}
+            p.effective[label] = effective_length({n: c.value for n, c in cells.items()}, p.higher_is_better, threshold, ppl_tol, intervals)
+            ci = effective_interval(cells, p.higher_is_better, threshold, ppl_tol, reps)
+            if ci is not None:
+                p.effective_ci[label] = ci
+
+
+
+def effective_interval(cells: dict, higher_is_better: bool, threshold: float | None = None, ppl_tol: float = PPL_TOL,
+                       reps: int = REPS, seed: int = 0, level: float = 0.95) -> tuple[int | None, int | None] | None:  # fmt: skip
+    """The 95% percentile bootstrap interval of the effective length (Efron & Tibshirani 1993,
+    ch. 13): each length's units — its trials, or its documents (a single document's
+    loss-by-position blocks) — are resampled with replacement, independently per length (each
+    length has trials of its own), the cell values recomputed (a mean score, or the perplexity of
+    the summed NLL over the summed tokens) and the effective length taken again by the same rule,
+    each cell keeping its measured 95% interval for the perplexity rule. ``None`` for a length
+    counts as shorter than any. ``None`` when a cell holds no units (summary rows only)."""
+    import numpy as np
+
+    from .paired import units_of
+
+    units = {n: units_of(c.source) for n, c in cells.items()}
+    if not units or any(not u for u in units.values()):
+        return None
+    rng = np.random.default_rng(seed)
+    draws = {}
+    for n, u in units.items():
+        sums, weights = np.array([x for x, _ in u]), np.array([w for _, w in u])
+        idx = rng.integers(0, len(u), size=(reps, len(u)))  # (reps, units)
+        totals, mass = sums[idx].sum(axis=1), weights[idx].sum(axis=1)
+        draws[n] = totals / mass if higher_is_better else np.exp(totals / mass)
+    intervals = {n: (c.lo, c.hi) for n, c in cells.items()}
+    found = sorted(
+        (effective_length({n: float(draws[n][i]) for n in cells}, higher_is_better, threshold, ppl_tol, intervals) or 0)
+        for i in range(reps)
+    )  # fmt: skip
+    tail = (1 - level) / 2
+    lo, hi = found[int(math.floor(tail * (reps - 1)))], found[int(math.ceil((1 - tail) * (reps - 1)))]
+    return (lo or None, hi or None)

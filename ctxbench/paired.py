@@ -371,6 +371,20 @@ def paired_retrieval(base_rows: Sequence[dict], new_rows: Sequence[dict], *, rep
     )  # fmt: skip
 
 
+def units_of(rows: Sequence[dict]) -> list[tuple[float, float]]:
+    """One cell's units as ``(sum, weight)`` pairs, the cell's value being ``sum / weight`` over
+    them: trials ``(score, 1)``; documents ``(summed NLL, tokens)``, or with a single document its
+    loss-by-position blocks. Empty when the rows hold no units (a summary-only cell)."""
+    kind = kind_of(rows)
+    if kind == "retrieval":
+        return [(v, 1.0) for v in _trial_units(list(rows))[0].values()]
+    if kind == "ppl":
+        docs = _doc_units(list(rows))
+        units = _block_units(list(rows)) if len(docs) == 1 else {}
+        return [(float(s), float(w)) for s, w in (units or docs).values()]
+    return []
+
+
 def kind_of(rows: Iterable[dict]) -> str | None:
     """``"retrieval"`` (per-trial outcome rows), ``"ppl"`` (per-document nll rows) or ``None``
     (nothing this module can pair, e.g. the attention task)."""

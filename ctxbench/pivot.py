@@ -56,6 +56,7 @@ class PivotCell:
     p_value: float | None = None
     p_holm: float | None = None
     paired_n: int | None = None
+    source: tuple = field(default=(), repr=False)  # every ok row of the cell (its trials or documents), for resampling
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Pivot:
     lengths: list[int]
     rows: dict[str, dict[int, PivotCell]] = field(default_factory=dict)  # label -> length -> cell
     effective: dict[str, int | None] = field(default_factory=dict)  # label -> effective length
+    effective_ci: dict[str, tuple] = field(default_factory=dict)  # label -> its 95% bootstrap interval (lengths)
     trained_len: int | None = None
     fraction: bool = False  # values are fractions: shown as percents
     setting: str = ""  # what sets this table apart from another of the same task (e.g. "chat=true")
@@ -105,6 +107,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
     bounds: dict[tuple, dict[str, float]] = {}
     per_trial: dict[tuple, set] = {}  # trials seen per depth cell: the count when an old row lacks extra.trials
     settings: dict[tuple, dict[str, str]] = {}  # setting key -> its identity columns, for titles
+    sources: dict[tuple, list[dict]] = {}  # every ok row of a cell (all its depths)
     for r in records:
         if r.get("status") != "ok":
             continue
@@ -113,6 +116,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         settings[setting] = ident
         key = (r["model"], r["task"], r.get("variant", ""), setting, r.get("label") or r["method"], _fmt_factor(r["factor"]),
                int(float(r["length"])))  # fmt: skip
+        sources.setdefault(key, []).append(r)
         if r.get("trial", "") not in ("", "all"):
             per_trial.setdefault((*key, r.get("depth", "")), set()).add(r["trial"])
             continue
@@ -150,6 +154,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         else:
             trials = {d: len(per_trial.get((model, t, variant, setting, label, f, n, d), ())) for d in latest}
             cell, extra = _pooled(list(latest.values()), trials)
+        cell.source = tuple(sources.get((model, t, variant, setting, label, f, n), ()))
         for target in targets:
             p = tables.setdefault((model, t, variant, setting, target),
                                   Pivot(model, t, variant, target, head.metric, head.higher_is_better, [], fraction=head.fraction,
@@ -302,3 +307,13 @@ def add_paired(ps: list[Pivot], comparisons) -> None:
 def len_label(n) -> str:
     n = int(n)
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def fmt_effective(p: Pivot, label: str) -> str:
+    """``8k [4k–16k]``: a method's effective length and its 95% bootstrap interval."""
+    eff = p.effective.get(label)
+    text = len_label(eff) if eff else "—"
+    ci = p.effective_ci.get(label)
+    if ci is not None and ci != (eff, eff):
+        text += f" [{len_label(ci[0]) if ci[0] else '—'}–{len_label(ci[1]) if ci[1] else '—'}]"
+    return text

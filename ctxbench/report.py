@@ -8,7 +8,7 @@ import csv
 import io
 import json
 
-from .pivot import Pivot, fmt_value, len_label
+from .pivot import Pivot, fmt_effective, fmt_value, len_label
 
 
 def pivots(records: list[dict], tasks=None, task=None, method=None, factor=None, length=None, baseline=None,
@@ -36,8 +36,7 @@ def to_markdown(ps: list[Pivot]) -> str:
         for label, cells in p.rows.items():
             row = [fmt_value(p, cells.get(n)) for n in p.lengths]
             if p.effective:
-                eff = p.effective.get(label)
-                row.append(len_label(eff) if eff else "—")
+                row.append(fmt_effective(p, label))
             lines.append(f"| {label} | " + " | ".join(row) + " |")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
@@ -54,6 +53,7 @@ def _long_rows(ps: list[Pivot]) -> list[dict]:
                     value=None if c is None else c.value, lo=None if c is None else c.lo, hi=None if c is None else c.hi,
                     n=None if c is None else c.n, change=None if c is None else c.change,
                     effective_length=p.effective.get(label) if p.effective else None,
+                    effective_lo=(p.effective_ci.get(label) or (None, None))[0], effective_hi=(p.effective_ci.get(label) or (None, None))[1],
                     **{k: None if c is None else getattr(c, k) for k in ("delta", "delta_lo", "delta_hi", "p_value", "p_holm", "paired_n")},
                     setting=p.setting,
                 ))  # fmt: skip
@@ -64,6 +64,7 @@ def to_csv(ps: list[Pivot]) -> str:
     """The pivot as long rows (one per method label and length), full precision."""
     buf = io.StringIO()
     fields = ["model", "task", "variant", "factor", "metric", "method", "length", "value", "lo", "hi", "n", "change", "effective_length",
+              "effective_lo", "effective_hi",
               "delta", "delta_lo", "delta_hi", "p_value", "p_holm", "paired_n", "setting"]  # fmt: skip
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
@@ -79,6 +80,8 @@ def to_json(ps: list[Pivot]) -> str:
             title=p.title, model=p.model, task=p.task, variant=p.variant, factor=p.factor, metric=p.metric, setting=p.setting,
             higher_is_better=p.higher_is_better, lengths=p.lengths,
             rows=[dict(method=label, effective_length=p.effective.get(label) if p.effective else None,
-                       cells={str(n): vars(c) for n, c in cells.items()}) for label, cells in p.rows.items()],
+                       effective_interval=list(p.effective_ci[label]) if label in p.effective_ci else None,
+                       cells={str(n): {k: v for k, v in vars(c).items() if k != "source"} for n, c in cells.items()})
+                  for label, cells in p.rows.items()],
         ))  # fmt: skip
     return json.dumps(out, indent=1) + "\n"
