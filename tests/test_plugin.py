@@ -42,3 +42,14 @@ def test_uninstalled_plugin_is_gone(plugin):
     subprocess.run([sys.executable, "-m", "pip", "uninstall", "--quiet", "-y", "ctxbench-lastword"], check=True, capture_output=True)
     assert "lastword" not in _run("--help").stdout
     subprocess.run([*PIP, str(ROOT / "examples" / "task-plugin")], check=True, capture_output=True)  # for the fixture's teardown
+
+
+def test_the_example_plugins_option_is_part_of_the_cell_identity(plugin, saved_model, tmp_path):
+    out = tmp_path / "lw.csv"
+    args = ("lastword", "--model", str(saved_model), "--method", "none", "--len", "128", "--out", str(out))
+    first = _run(*args, "--passages", "1")
+    second = _run(*args, "--passages", "2")
+    assert first.returncode == second.returncode == 0, second.stderr
+    assert "1 cell(s) run, 0 resumed" in second.stdout
+    report = _run("report", str(out), "--format", "markdown").stdout
+    assert "passages=1" in report and "passages=2" in report  # two tables, each titled by its setting

@@ -66,7 +66,9 @@ def cost(settings, trained_len):
 
 TASK = Task(
     name="lastword", help="Loss on the last 32 tokens of long stdlib passages (example plug-in).", settings=Settings,
-    options=(Option("passages", "passages per length (default 2)", lambda v: parse_positive_int(v, "--passages")),),
+    # passages changes every number of a cell, so it is part of the cell's identity (identity=True,
+    # the default): `--passages 2` into a file holding a `--passages 1` run runs its own cells.
+    options=(Option("passages", "passages per length (default 2)", lambda v: parse_positive_int(v, "--passages"), identity=True),),
     prepare=prepare, cells=cells, groups=groups, run_group=run_group, cost=cost, metric="nll_tail", higher_is_better=False,
     default_lengths=lambda trained_len: [512, 1024],
 )

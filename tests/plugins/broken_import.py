@@ -1,0 +1,1 @@
+raise RuntimeError("this plug-in is broken at import")
