@@ -24,6 +24,7 @@ import csv
 import io
 import math
 import os
+import signal
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -256,6 +257,22 @@ def lock_path(path: str | Path) -> Path:
     return path.parent / f".{path.name}.lock"
 
 
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM back while a cell is saved, so an interrupted run keeps the cell whole
+    in both the file and memory (or in neither); a signal that arrives meanwhile is delivered at
+    the end. Only the main thread can do this, and only where POSIX signal masks exist."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 LOCK_TIMEOUT = 600.0  # seconds; a writer holds the lock for one re-read and one write
 
 
@@ -385,7 +402,7 @@ class ResultsFile:
         new = [r.as_strings() if isinstance(r, Row) else {c: _fmt(v) for c, v in dict(r).items()} for r in rows]
         keys = {cell_key(r) for r in new}
         text = _serialize(new)
-        with self._mutex, _locked(self.path, self._lock):
+        with self._mutex, _locked(self.path, self._lock), _signals_deferred():
             self._sync()
             self._damaged = None
             if self._initial or self._blob is None or keys & self._cells:
