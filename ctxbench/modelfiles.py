@@ -131,10 +131,134 @@ def locate(spec: str) -> tuple[str, Path | None, str | None]:
         if not (path / "config.json").is_file():
             raise UserError(f"'{spec}' is a directory without config.json", "point --model at a saved transformers model")
         return "dir", path, None
+    if path.is_file():
+        raise UserError(
+            f"'{spec}' is a file, not a model",
+            f"give a model directory (with config.json), a .gguf file, a hub id or an alias ({', '.join(ALIASES)})",
+        )
     looks_local = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or "\\" in spec
     if path.exists() or looks_local:
         raise UserError(f"model path '{spec}' not found", f"give an existing directory, a .gguf file, a hub id or an alias ({', '.join(ALIASES)})")
     return "hub", None, None
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt", "tiktoken.model")
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def check_model(spec: str) -> tuple[str, Path | None, str | None]:
+    """:func:`locate`, then the cheap checks a load would otherwise fail on with a traceback (or,
+    for missing tensors, not fail on at all): the file headers, not the weights. Milliseconds,
+    without torch, so a broken model is reported before any plan."""
+    kind, path, gguf = locate(spec)
+    if kind == "gguf":
+        check_gguf(path / gguf)
+    elif kind == "dir":
+        check_model_dir(path)
+    return kind, path, gguf
+
+
+def check_model_dir(path: Path) -> None:
+    """Raise :class:`UserError` naming the file if a saved transformers model directory has an
+    unreadable ``config.json``, no weights, a cut-short or damaged weight file, a shard its index
+    names but that is missing, or no tokenizer file."""
+    _check_config_file(path / "config.json")
+    weights = _weight_files(path)
+    for file in weights:
+        if file.suffix == ".safetensors":
+            check_safetensors(file)
+        else:
+            _check_torch_file(file)
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(
+            f"model directory '{path}' has no tokenizer (none of {', '.join(TOKENIZER_FILES)})",
+            "copy the tokenizer files from the model's source, or save the tokenizer there with save_pretrained",
+        )
+
+
+def _check_config_file(file: Path) -> None:
+    def bad(why: str) -> UserError:
+        return UserError(f"'{file}' {why}", "copy config.json from the model's source again (or save the model with save_pretrained)")
+
+    try:
+        config = json.loads(file.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise bad("is not text (not UTF-8)") from None
+    except ValueError as exc:
+        where = f" at line {exc.lineno}, column {exc.colno}" if hasattr(exc, "lineno") else ""
+        raise bad(f"is not valid JSON{where}: cut short or edited by hand?") from None
+    if not isinstance(config, dict):
+        raise bad(f"holds a JSON {type(config).__name__}, not an object of settings")
+    if not isinstance(config.get("model_type"), str) or not config["model_type"]:
+        raise bad("has no \"model_type\" (transformers needs it to know the architecture)")
+
+
+def _weight_files(path: Path) -> list[Path]:
+    """The weight files a load reads: a sharded index's shards (each must exist), else every
+    ``*.safetensors`` / ``*.bin`` file."""
+    for index in sorted(path.glob("*.index.json")):
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise UserError(f"'{index}' is not a valid shard index (no \"weight_map\" of tensor -> file)",
+                            "copy it from the model's source again") from None  # fmt: skip
+        for shard in shards:
+            if not (path / shard).is_file():
+                raise UserError(f"'{path / shard}' is missing, though '{index.name}' lists it",
+                                "copy every shard of the model (an interrupted download?)")  # fmt: skip
+        return [path / shard for shard in shards]
+    files = sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    if not files:
+        raise UserError(
+            f"model directory '{path}' has config.json but no weights (*.safetensors or *.bin)",
+            "copy the weight files into it (an interrupted download?) or save the model there with save_pretrained",
+        )
+    return files
+
+
+def _damaged(file: Path, why: str) -> UserError:
+    return UserError(f"weight file '{file}' {why}", "download or copy it again (compare its size with the source)")
+
+
+def check_safetensors(file: Path) -> None:
+    """A safetensors file is an 8-byte little-endian header length, a JSON header mapping each
+    tensor to its ``data_offsets`` in the data that follows. Raise :class:`UserError` unless the
+    header parses and the file holds every byte it promises (reads the header only)."""
+    import struct
+
+    size = file.stat().st_size
+    with file.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise _damaged(file, f"is {size} bytes long: too short to be a safetensors file")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise _damaged(file, "is not a safetensors file or is truncated (its header is longer than the file)")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        raise _damaged(file, "is not a safetensors file (its header is not the JSON table of tensors)") from None
+    need = 8 + n + max(ends, default=0)
+    if need > size:
+        raise _damaged(file, f"is truncated: its tensors need {need:,} bytes but it has {size:,}")
+
+
+def _check_torch_file(file: Path) -> None:
+    """A ``torch.save`` file is a zip archive (a cut-short one has no central directory) or, from
+    before torch 1.6, a pickle (protocol 2+ starts with byte 0x80)."""
+    import zipfile
+
+    with file.open("rb") as f:
+        magic = f.read(2)
+    if magic == b"PK":
+        try:
+            zipfile.ZipFile(file).close()
+        except (zipfile.BadZipFile, OSError, ValueError):
+            raise _damaged(file, "is truncated or damaged (its zip directory cannot be read)") from None
+    elif magic[:1] != b"\x80":
+        raise _damaged(file, "is not a PyTorch checkpoint (neither a zip archive nor a pickle)")
 
 
 def load_config(spec: str, trust_remote_code: bool = False):
@@ -144,6 +268,8 @@ def load_config(spec: str, trust_remote_code: bool = False):
     kind, path, gguf = locate(spec)
     if kind == "gguf":
         check_gguf(path / gguf)  # a garbage or cut-short file: a clear error, not a parser traceback
+    elif kind == "dir":
+        _check_config_file(path / "config.json")
     try:
         if kind == "gguf":
             return AutoConfig.from_pretrained(str(path), gguf_file=gguf)
@@ -153,7 +279,23 @@ def load_config(spec: str, trust_remote_code: bool = False):
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise UserError(f"model '{spec}' needs its own code from the hub", "pass --trust-remote-code if you trust it") from None
-        raise
+        if kind == "hub":
+            raise
+        raise _config_error(spec, exc) from None
+    except Exception as exc:  # a local setting of the wrong type (transformers validates fields strictly)
+        if kind == "hub":
+            raise
+        raise _config_error(spec, exc) from None
+
+
+def _config_error(spec: str, exc: Exception) -> UserError:
+    import transformers
+
+    first = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
+    return UserError(
+        f"transformers {transformers.__version__} cannot read the config of '{spec}' ({first[:200]})",
+        "fix config.json (compare it with the model's source), or upgrade transformers if the architecture is newer",
+    )
 
 
 def hub_offline() -> bool:

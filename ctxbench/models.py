@@ -25,6 +25,7 @@ from .modelfiles import (  # noqa: F401  (re-exported: the public names of model
     _dir_digest,
     _hub_error,
     check_gguf,
+    check_model,
     file_digest,
     load_config,
     load_geometry,
@@ -82,12 +83,7 @@ def load(
     """Load model and tokenizer once; check the model has RoPE before loading weights."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kind, path, gguf = locate(spec)
-    if kind == "dir" and not any(p.suffix in (".safetensors", ".bin") for p in path.iterdir()):
-        raise UserError(
-            f"model directory '{path}' has config.json but no weights (*.safetensors or *.bin)",
-            "copy the weight files into it (an interrupted download?) or save the model there with save_pretrained",
-        )
+    kind, path, gguf = check_model(spec)  # damaged files: one clear line, not a loader traceback
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     cached = _dequantised(path / gguf, torch_dtype) if gguf else None
@@ -115,10 +111,14 @@ def load(
     try:
         quiet = _quiet_gguf() if gguf else contextlib.nullcontext()
         with quiet:
-            tokenizer = AutoTokenizer.from_pretrained(source, **({"gguf_file": gguf} if gguf else {}), trust_remote_code=trust_remote_code)
-            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+            tokenizer = _local_errors(kind, spec, "tokenizer", lambda: AutoTokenizer.from_pretrained(
+                source, **({"gguf_file": gguf} if gguf else {}), trust_remote_code=trust_remote_code))  # fmt: skip
+            with _quiet_load_report():  # ctxbench reports what is wrong in one line below
+                model, info = _local_errors(kind, spec, "weights", lambda: AutoModelForCausalLM.from_pretrained(
+                    source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs))  # fmt: skip
     except OSError as exc:
         raise _hub_error(spec, exc) from None
+    _check_loading_info(spec, info)
     if not device_map:
         model.to(dev)
     model.eval()
@@ -139,6 +139,53 @@ def load(
         device=dev if not device_map else f"map:{device_map}",
         dtype=str(torch_dtype).replace("torch.", ""),
     )
+
+
+def _check_loading_info(spec: str, info: dict) -> None:
+    """Refuse a model whose files lack tensors or hold tensors of other shapes than its config:
+    transformers would fill those with random numbers and only warn, so every score would be wrong."""
+    mismatched = sorted(info.get("mismatched_keys") or (), key=lambda m: m[0])
+    if mismatched:
+        key, found, wanted = mismatched[0]
+        raise UserError(
+            f"the weights of '{spec}' do not fit its config.json: {len(mismatched)} tensor(s) of another shape "
+            f"(e.g. {key} is {list(found)} in the file, {list(wanted)} in the config)",
+            "check that the weights and config.json come from the same model, or copy them again",
+        )
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise UserError(
+            f"the weights of '{spec}' lack {len(missing)} tensor(s) its config needs (e.g. {missing[0]})",
+            "copy the complete weight files from the model's source (an interrupted download or a partial save?)",
+        )
+
+
+@contextlib.contextmanager
+def _quiet_load_report():
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def _local_errors(kind: str, spec: str, part: str, load):
+    """``load()``; for a local model, a loader failure (damaged tokenizer file, weights that do not
+    fit config.json) becomes one :class:`UserError` naming the model. Hub errors pass through."""
+    if kind == "hub":
+        return load()
+    try:
+        return load()
+    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError, ImportError) as exc:
+        first = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
+        fix = {
+            "tokenizer": "copy the tokenizer files (tokenizer.json, tokenizer_config.json) from the model's source again",
+            "weights": "check that the weights and config.json come from the same model, or copy them again",
+        }[part]
+        raise UserError(f"cannot load the {part} of '{spec}' ({first[:200]})", fix) from None
 
 
 def _dequantised(gguf_path: Path, dtype: torch.dtype) -> Path | None:

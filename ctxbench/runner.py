@@ -38,12 +38,13 @@ class ModelConfig:
 
     def check(self) -> None:
         """What can be checked without loading: the attention kernel can run on the device, and
-        the model's files are where it says (a missing path fails here, before the plan)."""
-        from .modelfiles import locate
+        the model's files are where it says and their headers are whole (a missing path or a damaged
+        file fails here, before the plan)."""
+        from .modelfiles import check_model
         from .settings import check_attn
 
         check_attn(self.attn, self.device)
-        locate(self.model)
+        check_model(self.model)
 
     def load(self):
         from .models import load
