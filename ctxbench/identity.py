@@ -121,6 +121,30 @@ def legacy_options(record: dict, tasks: dict | None) -> str:
     return options_json(options)
 
 
+def complete_options(record: dict, tasks: dict | None, seen: dict) -> str:
+    """The ``options`` of a row written before one of its task's identity options existed (an
+    option added in a later release): the missing ones take what that run used, the task's
+    ``legacy_options``, so a cell keeps its key across releases. ``seen`` caches parsed JSON."""
+    text = record.get("options", "")
+    task = (tasks or {}).get(record.get("task", ""))
+    if task is None or text == "":
+        return text
+    if text not in seen:
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        seen[text] = parsed if isinstance(parsed, dict) else None
+    options = seen[text]
+    if options is None:
+        return text
+    missing = [o.name for o in task.options if o.identity and o.name not in options]
+    if not missing:
+        return text
+    before = task.legacy_options(record) if task.legacy_options else task.default_identity()
+    return options_json({**options, **{name: before.get(name) for name in missing}})
+
+
 def extra_of(record: dict) -> dict:
     """A row's ``extra`` JSON object ({} when a hand edit left it unreadable or not an object)."""
     try:

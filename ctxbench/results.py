@@ -34,7 +34,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from .errors import UserError
-from .identity import IDENTITY, WITHIN, cell_key, finished, legacy_options, row_key
+from .identity import IDENTITY, WITHIN, cell_key, complete_options, finished, legacy_options, row_key
 
 __all__ = ["COLUMNS", "CELL_KEY", "ROW_KEY", "Row", "ResultsFile", "cell_key", "row_key", "read_records", "write_records"]
 
@@ -157,7 +157,8 @@ def _parse(path: Path, data: bytes) -> tuple[list[str], list[dict[str, str]]]:
 def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: int) -> list[dict[str, str]]:
     records = []
     legacy = "options" not in header  # written before options were part of a cell's identity
-    tasks = _registry() if legacy else None
+    tasks = _registry()
+    seen: dict = {}
     for values in reader:
         if not values:
             continue
@@ -174,6 +175,8 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
         record.setdefault("variant", "")
         if legacy:
             record["options"] = legacy_options(record, tasks)
+        else:  # an identity option added since the row was written takes the value that run used
+            record["options"] = complete_options(record, tasks, seen)
         records.append(record)
     if text and not text.endswith("\n"):
         raise UserError(f"'{path}' does not end with a newline: the file is truncated", "restore or regenerate it")

@@ -229,8 +229,12 @@ OPTION_CASES = [
     ("niah", "--variant", "single_1,single_1", "given twice"),
     ("niah", "--variant", "", "empty --variant"),
     ("niah", "--trials", "0", "must be >= 1"),
-    ("niah", "--depths", "2", None),  # 2 evenly spaced depths: valid
+    ("niah", "--depths", "2", "--protocol exact"),  # fixed depths need the exact protocol
     ("niah", "--depths", "1.01", "outside [0, 1]"),
+    ("niah", "--depths", "0.5 --protocol exact", None),
+    ("niah", "--protocol", "rulr", "did you mean 'ruler'"),
+    ("vt", "--protocol", "RULER", "unknown --protocol"),
+    ("cwe", "--protocol", "exact", None),
     ("niah", "--haystack", "./no/such/essays", "not found"),
     ("vt", "--trials", "zero", "is not a whole number"),
     ("cwe", "--trials", "-1", "must be >= 1"),

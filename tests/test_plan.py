@@ -79,7 +79,7 @@ def test_a_suffix_after_a_cache_costs_what_the_whole_forward_costs_beyond_the_pr
 
 def _niah(depths: str):
     task = get("niah")
-    return Job(task, build_settings(task, "none", 2.0, "16k", {"variants": "single_1", "depths": depths, "trials": "2"}))
+    return Job(task, build_settings(task, "none", 2.0, "16k", {"variants": "single_1", "depths": depths, "trials": "2", "protocol": "exact"}))
 
 
 def test_a_retrieval_plan_counts_each_suffix_attending_to_the_haystack_before_it(tmp_path, monkeypatch):

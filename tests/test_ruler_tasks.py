@@ -15,6 +15,8 @@ from ctxbench.tasks import get
 
 
 def _settings(task, **options):
+    if "depths" in options:  # fixed depths are the exact protocol's knob
+        options.setdefault("protocol", "exact")
     return build_settings(get(task), [resolve("none")], 2.0, options.pop("lengths", "800"), options)
 
 
@@ -72,6 +74,8 @@ def test_every_method_sees_the_same_prompts(tiny_lm, task, options):
     a = [build(task, None if task != "niah" else "multivalue", tiny_lm.tokenizer, int(options.get("lengths", 800)), 0.5, 0, t).ids for t in range(3)]
     b = [build(task, None if task != "niah" else "multivalue", tiny_lm.tokenizer, int(options.get("lengths", 800)), 0.5, 0, t).ids for t in range(3)]
     assert a == b
+    if "depths" in options:
+        options["protocol"] = "exact"
     settings = build_settings(get(task), [resolve("none"), resolve("yarn")], 2.0, options.pop("lengths", "800"), {**options, "trials": 2})
     records = run_settings(tiny_lm, task, settings).records
     lengths = {(r["method"], r["depth"], r["trial"]): r["tokens"] for r in records if r["metric"] == "score"}

@@ -9,10 +9,10 @@ from .config import METRIC, TOKENS_TO_GENERATE, VARIANTS, ruler_name
 from .haystack import NOISE, Haystack, load_haystack
 from .metrics import postprocess, score, string_match_all, string_match_part
 from .pieces import TooShort
-from .prompt import SyntheticPrompt, build, min_length, resolve
+from .prompt import PROTOCOLS, SyntheticPrompt, build, min_length, resolve
 
 __all__ = [
-    "METRIC", "NOISE", "TOKENS_TO_GENERATE", "VARIANTS", "Haystack", "SyntheticPrompt", "TooShort", "build",
+    "METRIC", "NOISE", "PROTOCOLS", "TOKENS_TO_GENERATE", "VARIANTS", "Haystack", "SyntheticPrompt", "TooShort", "build",
     "load_haystack", "min_length", "postprocess", "resolve", "ruler_name", "score", "string_match_all",
     "string_match_part",
 ]

@@ -6,9 +6,12 @@ each and every other word ``freq_ucw`` times, shuffled; the answer is the common
 switches to 6/1 repeats below 4096 tokens and puts one solved example (20 words at 3/1, or 40 at
 10/3) before the task; the example is drawn per (seed, length), so trials of a length share it.
 
-Exact length: RULER searches the number of words whose list fits; here the list is the largest
-that fits in the tokens left, and the few tokens still missing are filled by further list
-entries of words that appear once (fewer times than any counted word), cut at the exact count.
+Length, ``ruler`` protocol (``ruler=True``): as RULER's binary search finds, the most words whose
+list fits with the prompt and RULER's generation budget (120 tokens) within the length. ``exact``:
+the list is the largest that fits in the tokens left, and the few tokens still missing are
+filled by further list entries of words that appear once (fewer times than any counted word),
+cut at the exact count. Either way the repeat switch at 4096 reads the whole length, as RULER's
+``max_seq_length < 4096`` does.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class _Lazy:
 
 
 def make(tokenizer, fr: Frame, cfg: dict, length: int, depth, hay_rng: Callable[[], random.Random],
-         rng: random.Random, haystack, label: str) -> dict:
+         rng: random.Random, haystack, label: str, ruler: bool = False) -> dict:
     num_cw = cfg["num_cw"]
     short = length < cfg["short_below"]
     freq_cw, freq_ucw = (cfg["short_freq_cw"], cfg["short_freq_ucw"]) if short else (cfg["freq_cw"], cfg["freq_ucw"])
@@ -60,7 +63,8 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth, hay_rng: Callable[
     shots = "".join(example(hrng, *shot_args, num_cw) for _ in range(cfg["num_fewshot"]))
     pre = list(fr.head) + encode(tokenizer, shots + config.CWE_INSTRUCTION)
     tail = encode(tokenizer, config.CWE_QUESTION.format(num_cw=num_cw) + fr.between + config.CWE_ANSWER_PREFIX.format(num_cw=num_cw))
-    fixed = len(pre) + len(tail)
+    budget = config.TOKENS_TO_GENERATE["cwe"] if ruler else 0
+    fixed = len(pre) + len(tail) + budget
     room = length - fixed
 
     pool = common_pool()
@@ -83,7 +87,7 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth, hay_rng: Callable[
             raise UserError(f"length {length} needs more distinct words than cwe's word list has ({len(pool)})", "use a shorter length for cwe")
         step = freq_ucw * len(word[n]) + sum(len(number[i]) for i in range(entries(n), entries(n + 1)))
         if cost + step > room:
-            break
+            break  # ``step``: what one more word would have cost
         cost, n = cost + step, n + 1
     common, uncommon = order[:num_cw], list(range(num_cw, n))
     listed = list(range(num_cw)) * freq_cw + uncommon * freq_ucw
@@ -92,7 +96,7 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth, hay_rng: Callable[
     for i, j in enumerate(listed):
         body += number[i] + word[j]
     i, j = len(listed), n
-    while len(body) < room:  # entries of once-listed words fill the last few tokens
+    while not ruler and len(body) < room:  # entries of once-listed words fill the last few tokens
         body += number[i] + word[j]
         i, j = i + 1, j + 1
     return dict(
@@ -100,5 +104,6 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth, hay_rng: Callable[
         answers=common,
         needle_positions=[],
         shared_len=len(pre),
-        extra=dict(words=n, repeats=(freq_cw, freq_ucw), entries=len(listed), filler_entries=i - len(listed), min_length=minimum),
+        extra=dict(words=n, repeats=(freq_cw, freq_ucw), entries=len(listed), filler_entries=i - len(listed), min_length=minimum,
+                   next_unit=step),
     )

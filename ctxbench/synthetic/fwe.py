@@ -6,9 +6,12 @@ replaced by "..." (noise); word ``k`` (1-based) appears ``int(N * k**-alpha / ze
 times, all shuffled into one space-separated text; the answer is words 2 to 4, the three most
 frequent after the dots. No example is given (RULER's ``add_fewshot`` defaults to off).
 
-Exact length: ``N`` is the largest whose text fits in the tokens left; the few tokens still
-missing are filled with more "..." (the noise word the question says to ignore), cut at the
-exact count.
+Length: ``N`` is the largest whose text fits in the tokens left. ``ruler`` protocol
+(``ruler=True``): the tokens left keep RULER's generation budget (50 tokens) free, and the
+vocabulary is ``(length - 50) // 50`` as RULER sizes it from the budget-reduced length (RULER
+finds ``N`` in steps of 1/32 of the length; the largest ``N`` is what those steps approach).
+``exact``: the few tokens still missing are filled with more "..." (the noise word the question
+says to ignore), cut at the exact count.
 """
 
 from __future__ import annotations
@@ -37,16 +40,17 @@ def counts(num_words: int, size: int, alpha: float) -> list[int]:
 
 
 def make(tokenizer, fr: Frame, cfg: dict, length: int, depth, hay_rng: Callable[[], random.Random],
-         rng: random.Random, haystack, label: str) -> dict:
+         rng: random.Random, haystack, label: str, ruler: bool = False) -> dict:
     alpha = cfg["alpha"]
-    # RULER: vocab_size = (prompt budget) // 50; at least the noise word, three answers and one more
-    size = max(5, length // cfg["vocab_per_tokens"])
+    budget = config.TOKENS_TO_GENERATE["fwe"] if ruler else 0
+    # RULER: vocab_size = (length - budget) // 50; at least the noise word, three answers and one more
+    size = max(5, (length - budget) // cfg["vocab_per_tokens"])
     vocab = sorted(distinct(rng, lambda r: coded_word(r, cfg["coded_wordlen"]), size))
     rng.shuffle(vocab)
     vocab[0] = NOISE_WORD
     pre = list(fr.head) + encode(tokenizer, config.FWE_INSTRUCTION)
     tail = encode(tokenizer, config.FWE_QUESTION + fr.between + config.FWE_ANSWER_PREFIX)
-    fixed = len(pre) + len(tail)
+    fixed = len(pre) + len(tail) + budget
     room = length - fixed
     words = encode_many(tokenizer, [" " + w for w in vocab])
 
@@ -68,14 +72,15 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth, hay_rng: Callable[
     rng.shuffle(listed)
     body = [t for k in listed for t in words[k]]
     pad = encode(tokenizer, " " + NOISE_WORD)
-    while len(body) < room:
+    while not ruler and len(body) < room:
         body += pad
     return dict(
         ids=pre + body[:room] + tail,
         answers=vocab[1:4],
         needle_positions=[],
         shared_len=len(pre),
-        extra=dict(vocab=size, num_words=low, counts=counts(low, size, alpha)[:5], min_length=minimum),
+        extra=dict(vocab=size, num_words=low, counts=counts(low, size, alpha)[:5], min_length=minimum,
+                   next_unit=cost(low + 1) - cost(low)),
     )
 
 

@@ -7,10 +7,17 @@ adjective-noun words or uuids, values 7-digit numbers or uuids. ``num_needle_k``
 values. When one value is asked the template is made singular as RULER does. Haystacks: noise
 lines and needle-shaped distractor lines joined by newlines, essay sentences joined by spaces.
 
-Placement (RULER draws random depths; here ``depth`` is a knob): the first asked needle sits at
-the piece boundary nearest ``depth`` of the haystack and the other asked needles at random later
-boundaries; unasked needles (multikey_1) at random boundaries anywhere. ``depth=None`` draws the
-depth from RULER's 40 evenly spaced depths.
+Two protocols. ``ruler`` (``ruler=True``) follows niah.py: the haystack is as many whole units
+(lines, or essay sentences) as fit with the prompt AND RULER's generation budget (128 tokens)
+within the length, and every needle goes to a random place: noise and needle haystacks insert
+the needles at distinct random line indices (the first needle at the latest), essays at
+``int(sentences * d)`` for depths ``d`` drawn without replacement from RULER's 40 depths, in
+needle order. ``exact`` (``ruler=False``, the depth-by-length heatmap mode) makes the prompt
+exactly the length, cutting the last unit, with ``depth`` as a knob: the first asked needle sits
+at the piece boundary nearest ``depth`` of the haystack and the other asked needles at random
+later boundaries; unasked needles (multikey_1) at random boundaries anywhere. Under ``ruler`` a
+given ``depth`` places the first asked needle the same way and every other needle at random.
+``depth=None`` (exact) draws the depth from RULER's 40 evenly spaced depths.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from collections.abc import Callable, Iterator
 
 from . import config
 from .haystack import NOISE, Haystack, sentences
-from .pieces import Frame, TooShort, after, batched, encode, encode_many, nearest, take, weave
+from .pieces import Frame, TooShort, after, batched, encode, encode_many, nearest, take, take_whole, weave
 from .words import distinct, random_needle
 
 # niah.py: DEPTHS = round(linspace(0, 100, 40)) percent
@@ -61,7 +68,7 @@ def _stream(tokenizer, kind: str, hay_rng: random.Random, haystack: Haystack, pl
 
 
 def make(tokenizer, fr: Frame, cfg: dict, length: int, depth: float | None, hay_rng: Callable[[], random.Random],
-         rng: random.Random, haystack: Haystack, label: str) -> dict:
+         rng: random.Random, haystack: Haystack, label: str, ruler: bool = False) -> dict:
     plural = cfg["type_needle_v"]
     num_k, num_v, num_q = max(cfg["num_needle_k"], cfg["num_needle_q"]), cfg["num_needle_v"], cfg["num_needle_q"]
     single = num_q * num_v == 1
@@ -71,8 +78,9 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth: float | None, hay_
     type_v = plural[:-1] if single else plural
     kind = cfg["type_haystack"]
     sep = " " if kind == "essay" else "\n"
-    if depth is None:
+    if depth is None and not ruler:
         depth = rng.choice(RULER_DEPTHS)
+    budget = config.TOKENS_TO_GENERATE["niah"] if ruler else 0
     if sep == "\n":
         instruction = instruction[:-1]  # the newline before the context comes with each line piece
     pre = list(fr.head) + encode(tokenizer, instruction.format(type_needle_v=type_v))
@@ -88,11 +96,12 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth: float | None, hay_
         q = _query(queries)
         tail = encode(tokenizer, question.format(type_needle_v=type_v, query=q) + fr.between + prefix.format(type_needle_v=type_v, query=q))
         fixed = len(pre) + sum(map(len, needles)) + len(tail)
-        room = length - fixed
+        room = length - budget - fixed
         if room < 0:
-            raise TooShort(label, length, fixed)
+            raise TooShort(label, length, fixed + budget)
         made: list[tuple[str, str]] = []
-        hay, bounds, used = take(_stream(tokenizer, kind, hay_rng(), haystack, plural, cfg, made), room)
+        stream = _stream(tokenizer, kind, hay_rng(), haystack, plural, cfg, made)
+        hay, bounds, used, next_unit = take_whole(stream, room) if ruler else (*take(stream, room), 0)
         made = made[:used]
         # A distractor line must never carry an asked key or any of the needles' values.
         if not ({k for k, _ in made} & set(keys) or {v for _, v in made} & set(flat)):
@@ -100,12 +109,19 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth: float | None, hay_
     is_asked = [k in queries for k, _ in texts]
     asked_ix = [i for i, a in enumerate(is_asked) if a]
     rng.shuffle(asked_ix)
-    first = nearest(bounds, depth * room)
-    places = {asked_ix[0]: first}
-    places.update(zip(asked_ix[1:], after(rng, bounds, first, len(asked_ix) - 1), strict=True))
-    others = [i for i, a in enumerate(is_asked) if not a]
-    spots = rng.sample(bounds, len(others)) if len(bounds) >= len(others) else [rng.choice(bounds) for _ in others]
-    places.update(zip(others, spots, strict=True))
+    if ruler and depth is None:
+        places = _ruler_places(rng, bounds, len(texts), kind)
+        first = min(places[i] for i in asked_ix)
+    else:
+        first = nearest(bounds, depth * len(hay))
+        places = {asked_ix[0]: first}
+        if ruler:  # a fixed depth for the asked needle, RULER's random places for every other one
+            rest = [i for i in range(len(texts)) if i != asked_ix[0]]
+            places.update(zip(rest, _spread(rng, bounds[:-1] or bounds, len(rest)), strict=True))
+        else:
+            places.update(zip(asked_ix[1:], after(rng, bounds, first, len(asked_ix) - 1), strict=True))
+            others = [i for i, a in enumerate(is_asked) if not a]
+            places.update(zip(others, _spread(rng, bounds, len(others)), strict=True))
     order = sorted(range(len(texts)), key=lambda i: (places[i], asked_ix.index(i) if i in asked_ix else -1))
     context, offsets = weave(hay, [(places[i], needles[i]) for i in order])
     at = dict(zip(order, offsets, strict=True))
@@ -119,8 +135,31 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth: float | None, hay_
             keys=keys, values=values, queries=queries,
             distractor_keys=[k for k in keys if k not in queries],
             haystack=kind, haystack_needles=len(made),
-            depth=depth, depth_used=round(first / room, 4) if room else 0.0,
-            needle_depths=[round(places[i] / room, 4) if room else 0.0 for i in range(len(texts))],
-            min_length=fixed,
+            depth=depth, depth_used=round(first / len(hay), 4) if hay else 0.0,
+            needle_depths=[round(places[i] / len(hay), 4) if hay else 0.0 for i in range(len(texts))],
+            needle_units=[bounds.index(places[i]) for i in range(len(texts))],  # haystack units before each needle
+            min_length=fixed + budget, haystack_units=len(bounds) - 1, next_unit=next_unit,
         ),
     )
+
+
+def _spread(rng: random.Random, bounds: list[int], count: int) -> list[int]:
+    """``count`` distinct random boundaries (with repeats only when there are too few)."""
+    return rng.sample(bounds, count) if len(bounds) >= count else [rng.choice(bounds) for _ in range(count)]
+
+
+def _ruler_places(rng: random.Random, bounds: list[int], count: int, kind: str) -> dict[int, int]:
+    """niah.py's placement of ``count`` needles (in key order) among the haystack's units, as
+    token offsets. Lines: distinct random line indices, sorted descending and inserted in needle
+    order (``sentences.insert(index, needle)``), so needle 0 ends up latest. Essay: sentence
+    index ``int(sentences * d / 100)`` for distinct depths ``d`` of RULER's 40, sorted, in needle
+    order."""
+    units = len(bounds) - 1
+    if kind == "essay":
+        depths = rng.sample(range(40), count) if count <= 40 else [rng.randrange(40) for _ in range(count)]
+        spots = sorted(int(units * RULER_DEPTHS[d]) for d in depths)
+        return {i: bounds[spot] for i, spot in enumerate(spots)}
+    indices = sorted(_spread(rng, list(range(max(units, 1))), count), reverse=True)
+    # inserting needle i before line indices[i], from the latest index down, keeps each index
+    # pointing into the original lines; equal indices put the later-inserted needle first.
+    return {i: bounds[min(ix, units)] for i, ix in enumerate(indices)}

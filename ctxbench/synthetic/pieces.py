@@ -93,6 +93,20 @@ def take(pieces: Iterator[list[int]], count: int) -> tuple[list[int], list[int],
     return out[:count], bounds, used
 
 
+def take_whole(pieces: Iterator[list[int]], count: int) -> tuple[list[int], list[int], int, int]:
+    """Whole pieces while their concatenation fits in ``count`` tokens (RULER's length accounting
+    counts haystack units, never cutting one): the tokens, the boundaries (0 and the end
+    included), how many pieces were used and the size of the first piece that did not fit."""
+    out: list[int] = []
+    bounds = [0]
+    for piece in pieces:
+        if len(out) + len(piece) > count:
+            return out, bounds, len(bounds) - 1, len(piece)
+        out += piece
+        bounds.append(len(out))
+    return out, bounds, len(bounds) - 1, 0
+
+
 def nearest(bounds: list[int], target: float) -> int:
     """The boundary nearest to ``target`` (the earlier one on a tie)."""
     i = bisect.bisect_left(bounds, target)

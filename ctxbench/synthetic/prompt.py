@@ -23,7 +23,8 @@ BUILDERS = {"niah": niah.make, "vt": vt.make, "cwe": cwe.make, "fwe": fwe.make}
 
 @dataclass(frozen=True)
 class SyntheticPrompt:
-    """``ids``: exactly the requested length, ending with RULER's answer prefix. ``answers``: the
+    """``ids``: the prompt (exactly the requested length under ``exact``; with ``max_new_tokens``
+    at most the length under ``ruler``), ending with RULER's answer prefix. ``answers``: the
     expected outputs, scored with ``metric`` over at most ``max_new_tokens`` generated tokens.
     ``needle_positions``: token offsets where the answer-bearing needles / chain lines start
     (empty for cwe, fwe). ``shared_len``: ``ids[:shared_len]`` is the same for every trial and
@@ -50,15 +51,26 @@ def resolve(task: str, variant: str | None) -> tuple[str, dict]:
     return variant, variants[variant]
 
 
-def build(task: str, variant: str | None, tokenizer, length: int, depth: float | None = None, seed: int = 0,
-          trial: int = 0, chat: bool = False, haystack: Haystack | None = None) -> SyntheticPrompt:
-    """A RULER prompt of exactly ``length`` tokens (the answer's tokens come on top).
+PROTOCOLS = ("ruler", "exact")
 
+
+def build(task: str, variant: str | None, tokenizer, length: int, depth: float | None = None, seed: int = 0,
+          trial: int = 0, chat: bool = False, haystack: Haystack | None = None, protocol: str = "exact") -> SyntheticPrompt:
+    """A RULER prompt for ``length``.
+
+    ``protocol="ruler"``: RULER's length accounting, prompt + the task's generation budget
+    (``max_new_tokens``) <= ``length`` with as many whole haystack units as fit, and RULER's
+    random placement of every needle and chain line when ``depth`` is None.
+    ``protocol="exact"``: the prompt is exactly ``length`` tokens (the answer's come on top), and
     ``depth`` in [0, 1] places the asked needle(s) (niah) or the chain's first line (vt) at that
-    fraction of the haystack; ``None`` draws it from RULER's 40 depths. cwe and fwe ignore it.
+    fraction of the haystack; ``None`` draws it from RULER's 40 depths. cwe and fwe ignore depth.
     ``haystack`` is the essay for niah's essay variants (default :func:`load_haystack`'s).
-    ``chat`` wraps the task in the tokenizer's chat template, the answer prefix after it.
+    ``chat`` wraps the task in the tokenizer's chat template, the answer prefix after it; its
+    tokens count toward the length.
     """
+    if protocol not in PROTOCOLS:
+        raise unknown("protocol", str(protocol), PROTOCOLS)
+    ruler = protocol == "ruler"
     variant, cfg = resolve(task, variant)
     if depth is not None and not 0.0 <= depth <= 1.0:
         raise UserError(f"depth {depth} is outside [0, 1]", "0 puts the needle at the start of the haystack, 1 at its end")
@@ -70,9 +82,12 @@ def build(task: str, variant: str | None, tokenizer, length: int, depth: float |
     trial_rng = random.Random(f"{base}|{depth!r}|{trial}")
     fr = frame(tokenizer, chat)
     label = f"RULER {config.ruler_name(task, variant)}"
-    made = BUILDERS[task](tokenizer, fr, cfg, length, depth, lambda: random.Random(base), trial_rng, haystack, label)
+    made = BUILDERS[task](tokenizer, fr, cfg, length, depth, lambda: random.Random(base), trial_rng, haystack, label, ruler=ruler)
     ids = tuple(made["ids"])
-    assert len(ids) == length, (task, variant, length, len(ids))
+    if ruler:
+        assert len(ids) + config.TOKENS_TO_GENERATE[task] <= length, (task, variant, length, len(ids))
+    else:
+        assert len(ids) == length, (task, variant, length, len(ids))
     extra = dict(made["extra"])
     if haystack is not None and task == "niah" and cfg["type_haystack"] == "essay":
         extra["essay"] = {"name": haystack.name, "digest": haystack.digest}
@@ -88,15 +103,16 @@ def build(task: str, variant: str | None, tokenizer, length: int, depth: float |
 
 
 def min_length(task: str, variant: str | None, tokenizer, chat: bool = False, seed: int = 0, trials: int = 8,
-               probe: int = 2048) -> int:
+               probe: int = 2048, protocol: str = "exact") -> int:
     """The shortest length that holds the fixed text of the first ``trials`` prompts of ``seed``
     (keys and values differ in tokens, so another prompt may need a few more; :func:`build`
     names its own minimum when a length is too short). ``probe`` is the length whose
-    configuration is measured (cwe uses smaller repeats below 4096)."""
+    configuration is measured (cwe uses smaller repeats below 4096). Under ``protocol="ruler"``
+    the minimum includes the generation budget."""
     need = 0
     for trial in range(trials):
         try:
-            need = max(need, build(task, variant, tokenizer, probe, 0.5, seed, trial, chat).extra["min_length"])
+            need = max(need, build(task, variant, tokenizer, probe, 0.5, seed, trial, chat, protocol=protocol).extra["min_length"])
         except TooShort as e:
             need = max(need, e.minimum)
     return need

@@ -5,8 +5,15 @@ A chain "VAR ABCDE = 12345", "VAR FGHIJ = VAR ABCDE ", ... (num_hops + 1 lines, 
 space kept) is hidden among noise lines; the answer is every variable of the chain. RULER puts
 one solved example first: the same task with 3-letter names, as many noise lines (at least 5)
 as fit in 500 tokens, followed by its answer. Here that example is drawn per (seed, length) so
-all trials of a length share it. The chain's first line sits at ``depth``; the later hops at
-random distinct boundaries after it, in chain order, as RULER spreads them.
+all trials of a length share it.
+
+Two protocols. ``ruler`` (``ruler=True``) follows variable_tracking.py: as many whole noise lines
+as fit with the prompt and RULER's generation budget (30 tokens) within the length, and the
+chain's lines at distinct random line indices, in chain order (``sorted(random.sample(...))``).
+``exact`` makes the prompt exactly the length and uses ``depth`` as a knob: the chain's first
+line sits at ``depth`` and the later hops at random distinct boundaries after it, in chain order
+(so the chain is on average closer to the question than RULER's). Under ``ruler`` a given
+``depth`` places the first line the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from collections.abc import Callable
 from . import config
 from .haystack import NOISE
 from .niah import RULER_DEPTHS
-from .pieces import Frame, TooShort, after, encode, encode_many, nearest, take, weave
+from .pieces import Frame, TooShort, after, encode, encode_many, nearest, take, take_whole, weave
 from .words import distinct, variable_name
 
 
@@ -60,25 +67,31 @@ def example(tokenizer, rng: random.Random, seed_text: str, num_hops: int, max_to
 
 
 def make(tokenizer, fr: Frame, cfg: dict, length: int, depth: float | None, hay_rng: Callable[[], random.Random],
-         rng: random.Random, haystack, label: str) -> dict:
+         rng: random.Random, haystack, label: str, ruler: bool = False) -> dict:
     hops = cfg["num_hops"]
     hrng = hay_rng()
     shot = example(tokenizer, hrng, repr(hrng.random()), hops, cfg["icl_max_tokens"])
     pre = list(fr.head) + encode(tokenizer, shot + config.VT_INSTRUCTION)
-    if depth is None:
+    if depth is None and not ruler:
         depth = rng.choice(RULER_DEPTHS)
+    budget = config.TOKENS_TO_GENERATE["vt"] if ruler else 0
     names = distinct(rng, lambda r: variable_name(r, 5), hops + 1)
     value = rng.randint(10000, 99999)
     lines = encode_many(tokenizer, ["\n" + line for line in _chain(names, value)])
     tail = encode(tokenizer, config.VT_QUESTION.format(query=value) + fr.between + config.VT_ANSWER_PREFIX.format(num_v=hops + 1, query=value))
     fixed = len(pre) + sum(map(len, lines)) + len(tail)
-    room = length - fixed
+    room = length - budget - fixed
     if room < 0:
-        raise TooShort(label, length, fixed)
+        raise TooShort(label, length, fixed + budget)
     line = encode(tokenizer, "\n" + NOISE)
-    hay, bounds, _ = take(iter(lambda: line, None), room)
-    first = nearest(bounds, depth * room)
-    places = [first] + after(rng, bounds, first, hops)
+    hay, bounds, _, next_unit = take_whole(iter(lambda: line, None), room) if ruler else (*take(iter(lambda: line, None), room), 0)
+    if ruler and depth is None:
+        slots = bounds[:-1] or bounds  # before line i, i < lines (RULER inserts, never appends)
+        places = sorted(rng.sample(slots, hops + 1)) if len(slots) > hops else sorted(rng.choice(slots) for _ in range(hops + 1))
+        first = places[0]
+    else:
+        first = nearest(bounds, depth * len(hay))
+        places = [first] + after(rng, bounds, first, hops)
     context, offsets = weave(hay, list(zip(places, lines, strict=True)))
     return dict(
         ids=pre + context + tail,
@@ -87,8 +100,9 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth: float | None, hay_
         shared_len=len(pre) + first,
         extra=dict(
             variables=names, value=value, example_tokens=len(pre) - len(fr.head),
-            depth=depth, depth_used=round(first / room, 4) if room else 0.0,
-            needle_depths=[round(p / room, 4) if room else 0.0 for p in places],
-            min_length=fixed,
+            depth=depth, depth_used=round(first / len(hay), 4) if hay else 0.0,
+            needle_depths=[round(p / len(hay), 4) if hay else 0.0 for p in places],
+            needle_units=[bounds.index(p) for p in places],  # noise lines before each chain line
+            min_length=fixed + budget, haystack_units=len(bounds) - 1, next_unit=next_unit,
         ),
     )

@@ -3,9 +3,17 @@ builders and metrics live in :mod:`ctxbench.synthetic`; this module turns one of
 families into a :class:`~ctxbench.tasks.base.Task` (``niah``, ``vt``, ``cwe``, ``fwe`` each call
 :func:`ruler_task`).
 
-Cells: (method, factor, length, variant, depth) — depth places the asked needle (niah) or the
-chain's first line (vt); cwe and fwe have no depth. Each cell runs ``trials`` prompts whose every
-random choice comes from (seed, length, depth, trial), the same for every method. All depths and
+Two protocols (``--protocol``, part of the cell identity; files from before it read as ``exact``):
+
+- ``ruler`` (default): RULER's own accounting — the prompt plus the task's generation budget fit
+  within the length, the haystack in whole units — and RULER's random placement of every needle
+  and chain line, so a cell is (method, factor, length, variant) with no depth.
+- ``exact``: the prompt is exactly the length (the answer decodes on top) and ``--depths``
+  places the asked needle (niah) or the chain's first line (vt): one cell per depth, for
+  depth-by-length heatmaps.
+
+cwe and fwe have no depth under either. Each cell runs ``trials`` prompts whose every random
+choice comes from (seed, length, depth, trial), the same for every method. All depths and
 trials of one (method, factor, length, variant) are one group, decoded greedily with the shared
 haystack computed once (:func:`ctxbench.decoding.decode_shared`) for RULER's number of new
 tokens. Each trial is scored with RULER's metric (``string_match_all``: the fraction of expected
@@ -41,10 +49,11 @@ class Settings:
     factors: tuple[float, ...]
     lengths: tuple[int, ...] | None = None  # None: L/4, L/2, L, 2L
     variants: tuple[str, ...] = ()
-    depths: tuple[float, ...] = DEFAULT_DEPTHS
+    depths: tuple[float, ...] | None = None  # None: DEFAULT_DEPTHS under exact, RULER's random ones under ruler
     trials: int = 4
     chat: bool = False
     haystack: str | None = None
+    protocol: str = "ruler"
 
 
 def default_lengths(trained_len: int) -> list[int]:
@@ -68,6 +77,15 @@ def _variants_parser(family: str, names: tuple[str, ...]):
     return parse
 
 
+def _protocol(value) -> str:
+    from ..synthetic import PROTOCOLS
+
+    text = str(value).strip()
+    if text not in PROTOCOLS:
+        raise unknown("--protocol", text, PROTOCOLS)
+    return text
+
+
 def _haystack(value) -> str:
     from pathlib import Path
 
@@ -86,8 +104,12 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
     if len(variants) > 1:
         options.append(Option("variants", f"comma list of variants ({', '.join(variants)}) or all; default {','.join(default_variants)}",
                               _variants_parser(name, variants), flag="--variant", identity=False))  # each variant is a cell  # fmt: skip
+    options.append(Option("protocol", "ruler: RULER's length accounting (prompt + generation budget <= length) and random needle "
+                          "placement; exact: the prompt is exactly the length and --depths places the needle (heatmaps) "
+                          "(default ruler)", _protocol))  # fmt: skip
     if has_depth:
-        options.append(depths_option("N evenly spaced needle depths in [0, 1], or a comma list (default 0.1,0.3,0.5,0.7,0.9)"))
+        options.append(depths_option("with --protocol exact: N evenly spaced needle depths in [0, 1], or a comma list "
+                                     "(default 0.1,0.3,0.5,0.7,0.9)"))  # fmt: skip
     # trials: resume reruns a cell holding fewer trials than asked, so the count is not part of the key
     options.append(Option("trials", "trials (random needles) per cell (default 4)", lambda v: parse_positive_int(v, "--trials"), identity=False))
     options.append(Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True))
@@ -105,13 +127,22 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
 
 def legacy_options(record: dict) -> dict:
     """Rows from before options were part of the cell key: a chat run is told by its dataset
-    (``ruler-niah-chat``)."""
-    return {"chat": record.get("dataset", "").endswith("-chat")}
+    (``ruler-niah-chat``); every such run made exact-length prompts."""
+    return {"chat": record.get("dataset", "").endswith("-chat"), "protocol": "exact"}
 
 
 def validate(settings: Settings) -> None:
     if settings.trials < 1:
         raise UserError(f"--trials {settings.trials} must be >= 1", "pass e.g. --trials 10")
+    if settings.protocol == "ruler" and settings.depths is not None:
+        raise UserError("--depths places needles under --protocol exact; RULER's protocol draws every needle's place at random",
+                        "add --protocol exact for a depth-by-length grid, or drop --depths")  # fmt: skip
+
+
+def _depths(spec, settings: Settings) -> tuple:
+    if not spec["has_depth"] or settings.protocol == "ruler":
+        return (None,)
+    return settings.depths or DEFAULT_DEPTHS
 
 
 def _variants(spec, settings) -> tuple[str, ...]:
@@ -127,11 +158,14 @@ def prepare(spec, lm, settings: Settings) -> Context:
     for variant in _variants(spec, settings):
         for n in lengths:
             try:
-                build(spec["name"], variant, lm.tokenizer, n, 0.5 if spec["has_depth"] else None, 0, 0, settings.chat, haystack)
+                build(spec["name"], variant, lm.tokenizer, n, _depths(spec, settings)[0], 0, 0, settings.chat, haystack, settings.protocol)
             except TooShort as exc:
                 raise UserError(f"length {n} is too short for {spec['name']} {variant} (needs at least {exc.minimum} tokens with this tokenizer)",
                                 f"use --len of at least {exc.minimum}") from None  # fmt: skip
-    template = json.dumps({"task": spec["name"], "chat": settings.chat, "haystack": haystack.digest if haystack else ""}, sort_keys=True)
+    fields = {"task": spec["name"], "chat": settings.chat, "haystack": haystack.digest if haystack else ""}
+    if settings.protocol != "exact":  # exact keeps the digest its rows had before protocols existed
+        fields["protocol"] = settings.protocol
+    template = json.dumps(fields, sort_keys=True)
     digest = "sha256:" + hashlib.sha256(template.encode()).hexdigest()[:16]
     dataset = f"ruler-{spec['name']}" + (f":{haystack.name}" if haystack else "") + ("-chat" if settings.chat else "")
     return Context(dataset=dataset, data_digest=digest, state=(lengths, haystack))
@@ -139,7 +173,7 @@ def prepare(spec, lm, settings: Settings) -> Context:
 
 def cells(spec, settings: Settings, ctx: Context) -> list[Cell]:
     lengths, _ = ctx.state
-    depths = settings.depths if spec["has_depth"] else (None,)
+    depths = _depths(spec, settings)
     return [
         Cell(spec["name"], m, f, n, depth=d, variant=v)
         for v in _variants(spec, settings)
@@ -162,7 +196,9 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
     from ..synthetic import TOKENS_TO_GENERATE
 
     lengths = settings.lengths or default_lengths(trained_len)
-    depths = settings.depths if spec["has_depth"] else (0.0,)
+    # a trial reuses the cache up to its first needle: RULER's random places average depth 0.5 for one
+    # needle (earlier for several: the plan then undercounts a little); cwe and fwe share only the instruction
+    depths = [0.0 if not spec["has_depth"] else 0.5 if d is None else d for d in _depths(spec, settings)]
     steps = TOKENS_TO_GENERATE.get(spec["name"], 128)
     items = []
     for _ in _variants(spec, settings):
@@ -181,7 +217,7 @@ def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> 
     _, haystack = ctx.state
     tok = lm.tokenizer
     prompts = {
-        cell: [build(spec["name"], cell.variant, tok, cell.length, cell.depth, ctx.seed, t, settings.chat, haystack)
+        cell: [build(spec["name"], cell.variant, tok, cell.length, cell.depth, ctx.seed, t, settings.chat, haystack, settings.protocol)
                for t in range(settings.trials)]
         for cell in group
     }  # fmt: skip
