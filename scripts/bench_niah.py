@@ -44,6 +44,7 @@ def main() -> None:
         options["variants"] = args.variant
     if any(o.name == "depths" for o in task.options):
         options["depths"] = args.depths
+        options["protocol"] = "exact"  # fixed depths: the heatmap protocol
     settings = build_settings(task, args.method, args.factor, args.length, options)
     lm = load(args.model, device="cpu", dtype="float32")
     ctx = task.prepare(lm, settings)
