@@ -219,15 +219,17 @@ def measured_rate(lm, tokens: int = 1024, steps: int = 8) -> Throughput:
         return time.perf_counter() - t0, out
 
     def measure() -> dict:
+        from .decoding import cache_of, with_cache
+
         vocab = int(getattr(lm.model.config, "vocab_size", 0) or 2)
         ids = torch.randint(0, min(vocab, 1000), (1, tokens), device=lm.torch_device)
         size = ModelSize.from_config(lm.model.config, lm.name)
         with torch.inference_mode():
             lm.model(input_ids=ids, use_cache=False, logits_to_keep=1)  # warm-up, same shape
             seconds, out = timed(lambda: lm.model(input_ids=ids, use_cache=True, logits_to_keep=1))
-            cache, token = out.past_key_values, ids[:, -1:]
-            lm.model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)  # warm-up step
-            step_seconds, _ = timed(lambda: [lm.model(input_ids=token, past_key_values=cache, use_cache=True,
+            cache, token = cache_of(out), ids[:, -1:]
+            lm.model(input_ids=token, **with_cache(lm.model, cache), use_cache=True, logits_to_keep=1)  # warm-up step
+            step_seconds, _ = timed(lambda: [lm.model(input_ids=token, **with_cache(lm.model, cache), use_cache=True,
                                                       logits_to_keep=1) for _ in range(steps)])  # fmt: skip
         decode_flops = sum(size.step_flops(tokens + 1 + i) for i in range(steps))
         return {"prefill": size.forward_flops(tokens, head_tokens=1) / max(seconds, 1e-9),

@@ -19,14 +19,33 @@ reported so benchmarks can state the bound on the speed-up.
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cache as _memo
 
 import torch
 
 # KV-cache budget for a batch of trials (bytes); more trials than fit run in several batches.
 CACHE_BUDGET = 4 * 2**30
+
+
+@_memo
+def _cache_arg(forward_type: type) -> str:
+    """The name a model's forward takes its KV cache by: ``cache`` from transformers 5.24 on
+    (where ``past_key_values`` still works but warns on every call), ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(forward_type.forward).parameters else "past_key_values"
+
+
+def with_cache(model, cache) -> dict:
+    """``{name: cache}`` for ``model(...)``, under the name this transformers version expects."""
+    return {_cache_arg(type(model)): cache}
+
+
+def cache_of(out):
+    """The KV cache a forward returned (``out.cache`` from transformers 5.24 on)."""
+    return out["cache"] if "cache" in out else out.past_key_values
 
 
 @dataclass(frozen=True)
@@ -44,7 +63,7 @@ def greedy(model, ids: torch.Tensor, max_new_tokens: int, eos: int | None, cache
     from transformers import DynamicCache
 
     cache = DynamicCache() if cache is None else cache
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = model(input_ids=ids, **with_cache(model, cache), use_cache=True, logits_to_keep=1)
     new: list[list[int]] = [[] for _ in range(ids.shape[0])]
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     for step in range(max_new_tokens):
@@ -58,7 +77,7 @@ def greedy(model, ids: torch.Tensor, max_new_tokens: int, eos: int | None, cache
             done |= token == eos
         if bool(done.all()) or step == max_new_tokens - 1:
             break
-        out = model(input_ids=token[:, None], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=token[:, None], **with_cache(model, cache), use_cache=True, logits_to_keep=1)
     return new
 
 
@@ -70,7 +89,7 @@ def extend(model, ids: Sequence[int], cache=None):
     device = next(model.parameters()).device
     cache = DynamicCache() if cache is None else cache
     if len(ids):
-        model(input_ids=torch.tensor([list(ids)], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=torch.tensor([list(ids)], device=device), **with_cache(model, cache), use_cache=True, logits_to_keep=1)
     return cache
 
 

@@ -111,3 +111,17 @@ def test_bad_ruler_options_are_one_clear_error(task, options, message):
 def test_a_length_too_short_for_the_needles_names_the_minimum(tiny_lm):
     with pytest.raises(UserError, match="too short for niah multiquery .* at least"):
         get("niah").prepare(tiny_lm, _settings("niah", variants="multiquery", lengths="300"))
+
+
+def test_decoding_passes_the_cache_without_a_deprecation_warning(tiny_lm):
+    """transformers 5.24 renamed ``past_key_values`` to ``cache`` and warns on every call with the
+    old name: a user's run must not print that warning once per decoding step."""
+    import warnings
+
+    from ctxbench.decoding import decode_shared
+    from ctxbench.synthetic import build
+
+    prompts = [build("niah", "single_1", tiny_lm.tokenizer, 600, None, 0, t, protocol="ruler").ids for t in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(decode_shared(tiny_lm.model, prompts, 4, None))
