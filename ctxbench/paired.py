@@ -48,6 +48,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .errors import UserError, closest
+from .identity import extra_of
 
 __all__ = ["Paired", "CellComparison", "Ranking", "paired_ppl", "paired_retrieval", "paired_rows", "holm", "compare_labels", "rank"]
 
@@ -140,19 +141,11 @@ def _ok(rows: Iterable[dict]) -> list[dict]:
     return [r for r in rows if r.get("status", "ok") == "ok"]
 
 
-def _extra(record: dict) -> dict:
-    try:
-        value = json.loads(record.get("extra") or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _bucket(record: dict) -> tuple[int, int] | None:
     """A loss-by-position row's ``[start, end)``: its own columns, or ``extra.pos`` in older files."""
     if record.get("pos_start", "") not in ("", None):
         return int(float(record["pos_start"])), int(float(record["pos_end"]))
-    pos = _extra(record).get("pos")
+    pos = extra_of(record).get("pos")
     if isinstance(pos, list) and len(pos) == 2 and None not in pos:
         return int(pos[0]), int(pos[1])
     return None
@@ -485,7 +478,7 @@ def _cells(records: Iterable[dict], task: Sequence[str] | str | None) -> dict[tu
             failed.add((key, cell))
             continue
         unit = (_norm(r.get("depth", "")), _norm(r.get("trial", "")), r.get("doc", ""), r.get("metric", ""), _norm(r.get("pos_start", "")),
-                json.dumps(_extra(r).get("pos")))  # fmt: skip
+                json.dumps(extra_of(r).get("pos")))  # fmt: skip
         groups.setdefault(key, {}).setdefault(cell, {})[unit] = r
     out = {}
     for key, cells in groups.items():
