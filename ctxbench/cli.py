@@ -327,7 +327,9 @@ def report(
     baseline: str | None = typer.Option(None, "--baseline", help="method label to show each cell's change against, at the same length"),
     threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85%% of the shortest length's score)"),
 ) -> None:
-    """The pivot (method label x length per task and factor) in any format, and PNG plots."""
+    """The pivot (method label x length per task and factor) in any format, and PNG plots; with
+    RULER task rows, also RULER's suite score (the mean over its tasks per length with its task
+    coverage, wAvg inc/dec, and RULER's effective length at the fixed 85.6)."""
     from .effective import check_threshold
     from .parsing import parse_factors, parse_lengths, split_list
     from .report import pivots, to_csv, to_json, to_markdown
@@ -363,9 +365,12 @@ def report(
         sys.stdout.write(to_json(ps))
     else:
         from .display import pivot_table
+        from .report import ruler_tables
 
         for p in ps:
             console.print(pivot_table(p))
+        for t in ruler_tables(ps):  # RULER's suite score, where RULER task rows are present
+            console.print(t)
         if not ps:
             console.print("[yellow]no aggregate rows match[/]")
     if plot:

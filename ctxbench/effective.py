@@ -1,14 +1,20 @@
-"""Effective context length: the longest measured length up to which a method still works.
+"""Effective context length of one task's pivot: the longest measured length up to which a
+method still works on that task (the per-task effective length ``report`` and ``compare`` show).
+
+This is ctxbench's per-task rule, not RULER's effective length: RULER's is taken on the average
+over its 13 tasks against the fixed score 85.6 (Llama-2-7B's at 4k), which
+:mod:`ctxbench.rulerscore` computes for ``report``'s "RULER suite score" table.
 
 For each pivot (task, variant, model, factor) and method label, over its measured lengths
 ``n_1 < n_2 < ...``:
 
 - score tasks (higher is better): the longest ``n_k`` such that the score at every measured
   length up to ``n_k`` is at or above a threshold. By default the threshold is *relative*: 85%
-  of the same method's score at the shortest measured length (NoLiMa's convention; a method that
+  of the same method's score at the shortest measured length (after NoLiMa's 85%-of-a-short-
+  context-base-score criterion, with the shortest measured length as the base; a method that
   cannot do the task at all has no effective length worth reporting, so a score of 0 at the
-  shortest length gives none). ``threshold=0.8`` makes it absolute (RULER's convention compares
-  with a fixed score).
+  shortest length gives none). ``threshold=0.8`` (``--threshold``) makes it absolute: the same
+  fixed score for every method, on this one task's accuracy as a fraction.
 - perplexity (lower is better): the longest ``n_k`` such that no measured length up to it is
   *worse beyond noise* than the best shorter one: ``ppl(n) > (1 + tol) * min(ppl at the shorter
   lengths)``, ``tol = 0.10``, and, where both cells carry their 95% interval, the two intervals do

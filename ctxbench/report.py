@@ -1,6 +1,13 @@
 """Reports from results CSVs: the one pivot (:mod:`ctxbench.pivot`) as a rich table, markdown,
 CSV or JSON — the same numbers in every format (CSV and JSON at full precision, accuracy as a
-fraction there and as a percent for people), with the effective length of every method."""
+fraction there and as a percent for people), with the effective length of every method (the
+per-task rule of :mod:`ctxbench.effective`).
+
+Where RULER task rows are present, every format also carries RULER's suite score
+(:mod:`ctxbench.rulerscore`: ``ruler_avg`` per length with its task coverage, wAvg inc/dec and
+RULER's effective length at 85.6, in percent as RULER prints them): a table per suite setting after
+the pivots (rich, markdown), ``kind: "ruler_suite"`` objects after the pivots (JSON), and
+``ruler_*`` columns on the rows of RULER tasks, the method's suite score at that length (CSV)."""
 
 from __future__ import annotations
 
@@ -28,6 +35,20 @@ def pivots(records: list[dict], tasks=None, task=None, method=None, factor=None,
     return out
 
 
+def ruler_suites(ps: list[Pivot]) -> list:
+    """RULER's suite score tables of these pivots ([] when none is a RULER task)."""
+    from .rulerscore import FAMILIES, suites
+
+    return suites(ps) if any(p.task in FAMILIES for p in ps) else []
+
+
+def ruler_tables(ps: list[Pivot]) -> list:
+    """The suite score tables as rich tables."""
+    from .rulerscore import rich_table
+
+    return [rich_table(s) for s in ruler_suites(ps)]
+
+
 def to_markdown(ps: list[Pivot]) -> str:
     parts = []
     for p in ps:
@@ -39,10 +60,17 @@ def to_markdown(ps: list[Pivot]) -> str:
                 row.append(fmt_effective(p, label))
             lines.append(f"| {label} | " + " | ".join(row) + " |")
         parts.append("\n".join(lines))
+    suites = ruler_suites(ps)
+    if suites:
+        from .rulerscore import to_markdown as suite_markdown
+
+        parts.append(suite_markdown(suites).rstrip("\n"))
     return "\n\n".join(parts) + "\n"
 
 
-def _long_rows(ps: list[Pivot]) -> list[dict]:
+def _long_rows(ps: list[Pivot], suites=()) -> list[dict]:
+    from .rulerscore import CSV_FIELDS, csv_fields
+
     rows = []
     for p in ps:
         for label, cells in p.rows.items():
@@ -57,18 +85,25 @@ def _long_rows(ps: list[Pivot]) -> list[dict]:
                     **{k: None if c is None else getattr(c, k) for k in ("delta", "delta_lo", "delta_hi", "p_value", "p_holm", "paired_n")},
                     setting=p.setting,
                 ))  # fmt: skip
+                if suites:
+                    rows[-1].update(dict.fromkeys(CSV_FIELDS), **csv_fields(suites, p, label, n))
     return rows
 
 
 def to_csv(ps: list[Pivot]) -> str:
-    """The pivot as long rows (one per method label and length), full precision."""
+    """The pivot as long rows (one per method label and length), full precision; with RULER task
+    rows, the ``ruler_*`` columns (:data:`ctxbench.rulerscore.CSV_FIELDS`) after the others."""
+    from .rulerscore import CSV_FIELDS
+
+    suites = ruler_suites(ps)
     buf = io.StringIO()
     fields = ["model", "task", "variant", "factor", "metric", "method", "length", "value", "lo", "hi", "n", "change", "effective_length",
               "effective_lo", "effective_hi",
               "delta", "delta_lo", "delta_hi", "p_value", "p_holm", "paired_n", "setting"]  # fmt: skip
+    fields += CSV_FIELDS if suites else []
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
-    for r in _long_rows(ps):
+    for r in _long_rows(ps, suites):
         writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in r.items()})
     return buf.getvalue()
 
@@ -84,4 +119,7 @@ def to_json(ps: list[Pivot]) -> str:
                        cells={str(n): {k: v for k, v in vars(c).items() if k != "source"} for n, c in cells.items()})
                   for label, cells in p.rows.items()],
         ))  # fmt: skip
+    from .rulerscore import to_dict
+
+    out += [to_dict(s) for s in ruler_suites(ps)]  # after the pivots: ``out[i]`` is still pivot i
     return json.dumps(out, indent=1) + "\n"
