@@ -25,8 +25,9 @@ The suite setting
     ``n_1 < ... < n_N``, weights ``i`` (inc) or ``N + 1 - i`` (dec), normalised to sum 1 — weights
     growing (shrinking) linearly along RULER's length grid 4k, 8k, ..., 128k. This reproduces the
     README's columns (Llama-3.1-70B: 96.5 95.8 95.4 94.8 88.4 66.6 -> 85.5 and 93.7). On another
-    grid the weights follow the rank of the lengths measured; the coverage of RULER's six standard
-    lengths is stated.
+    grid a length's weight is its rank among the table's lengths (a method missing one keeps the
+    weights of the lengths it has, normalised over them, and a note says so); the coverage of
+    RULER's six standard lengths is stated.
 Effective length
     RULER's: the longest measured length up to which the average stays at or above 85.6 at every
     measured length (Llama-2-7B's score at 4k; a score of exactly 85.6 passes, as Qwen3-32B's 85.6
