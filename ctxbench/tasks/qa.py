@@ -1,0 +1,235 @@
+"""RULER's QA tasks (``qa_1``: SQuAD, ``qa_2``: HotpotQA; arXiv 2404.06654) as one task with two
+variants. The prompt builder, data readers and RULER's wording are in :mod:`ctxbench.synthetic.qa`.
+
+The data is the user's: ``--qa-data PATH`` (the official dev file of the one variant that runs,
+default qa_1) or ``--qa-data qa_1=PATH,qa_2=PATH`` (the variants named run, unless ``--variant``
+picks some), each a local JSON file or a Hugging Face hub id. Nothing is downloaded unless a hub
+id is given; without ``--qa-data`` the command stops before loading a model and says where
+RULER gets the files. The parsed datasets' digests are the rows' ``data_digest``.
+
+Each cell (method, factor, length, variant) runs ``trials`` prompts, trial ``t`` asking
+question ``t``, with RULER's length accounting (``--protocol ruler``, the only one: prompt +
+32 generated tokens within the length, whole documents). Decoding is greedy and shared-prefix
+(:func:`ctxbench.tasks.common.answer_cells`): one forward per trial, then up to 32 tokens,
+stopping once the answer is found. Scores: RULER's ``string_match_part`` (1 when any gold
+answer occurs in the output, case-insensitive) per trial, and per cell ``accuracy`` with its
+95% Wilson interval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..errors import UserError, unknown
+from .base import Cell, Context, CostItem, Measurement, Option, Task
+from .common import accuracy_rows, answer_cells, factors_for, parse_bool, parse_positive_int
+
+NAMES = ("qa_1", "qa_2")
+
+
+@dataclass(frozen=True)
+class Settings:
+    methods: tuple
+    factors: tuple[float, ...]
+    lengths: tuple[int, ...] | None = None  # None: L/4, L/2, L, 2L
+    variants: tuple[str, ...] = ()  # (): the variants --qa-data names (qa_1 for a bare path)
+    trials: int = 4
+    chat: bool = False
+    qa_data: tuple[tuple[str, str], ...] = ()  # ((variant or "", path or hub id), ...)
+    protocol: str = "ruler"
+
+
+def default_lengths(trained_len: int) -> list[int]:
+    return [trained_len // 4, trained_len // 2, trained_len, 2 * trained_len]
+
+
+def _variants(value) -> tuple[str, ...]:
+    from ..parsing import split_list
+
+    items = split_list(value, what="--variant") if not isinstance(value, (list, tuple)) else [str(v) for v in value]
+    if items == ["all"]:
+        return NAMES
+    for item in items:
+        if item not in NAMES:
+            raise unknown("qa variant", item, [*NAMES, "all"])
+    if len(set(items)) != len(items):
+        raise UserError("a --variant is given twice", "list each variant once")
+    return tuple(items)
+
+
+def _protocol(value) -> str:
+    text = str(value).strip()
+    if text == "exact":
+        raise UserError("qa has no --protocol exact: its prompts are whole documents within RULER's length accounting",
+                        "drop --protocol, or pass --protocol ruler")  # fmt: skip
+    if text != "ruler":
+        raise unknown("--protocol", text, ("ruler",))
+    return text
+
+
+def _qa_data(value):
+    from ..synthetic.qa import parse_spec
+
+    return parse_spec(value)
+
+
+OPTIONS = (
+    Option("variants", "qa_1 (SQuAD), qa_2 (HotpotQA) or all; default: the variants --qa-data names (qa_1 for a single path)",
+           _variants, flag="--variant", identity=False),  # each variant is a cell  # fmt: skip
+    Option("qa_data", "the data: PATH (the official dev JSON of the one variant run: SQuAD dev-v2.0.json for qa_1, HotpotQA "
+           "hotpot_dev_distractor_v1.json for qa_2) or qa_1=PATH,qa_2=PATH; a hub id NAME[:CONFIG] loads its validation "
+           "split. Required; the parsed data's digest is on every row", _qa_data, metavar="PATH", identity=False),  # fmt: skip
+    Option("protocol", "ruler: RULER's length accounting (prompt + 32 generated tokens <= length, whole documents); "
+           "the only protocol qa has (default ruler)", _protocol),  # fmt: skip
+    # trials: resume reruns a cell holding fewer trials than asked, so the count is not part of the key
+    Option("trials", "trials per cell: trial t asks the dataset's question t (default 4)", lambda v: parse_positive_int(v, "--trials"),
+           identity=False),  # fmt: skip
+    Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True),
+)
+
+
+def specs(settings: Settings) -> dict[str, str]:
+    """{variant: path or hub id} for every variant that runs; a UserError when one has no data."""
+    from ..synthetic.qa import fetch_hint
+
+    given = dict(settings.qa_data)
+    if not given:
+        raise UserError("qa needs RULER's QA data and no --qa-data was given (nothing is downloaded by default)", fetch_hint())
+    bare = given.get("")
+    if bare is not None:
+        run = settings.variants or ("qa_1",)
+        if len(run) > 1:
+            raise UserError(f"one --qa-data path for {len(run)} variants ({', '.join(run)})",
+                            "name each variant's file: --qa-data qa_1=dev-v2.0.json,qa_2=hotpot_dev_distractor_v1.json")  # fmt: skip
+        return {run[0]: bare}
+    run = settings.variants or tuple(v for v in NAMES if v in given)
+    missing = [v for v in run if v not in given]
+    if missing:
+        raise UserError(f"--qa-data names no file for {', '.join(missing)}", f"add {missing[0]}=PATH to --qa-data, or drop it from --variant")
+    return {v: given[v] for v in run}
+
+
+def _run_variants(settings: Settings) -> tuple[str, ...]:
+    return tuple(specs(settings))
+
+
+def validate(settings: Settings) -> None:
+    """Before any model loads: the data is given, reads as its variant's format, has the trials."""
+    from ..synthetic.qa import load_qa
+
+    if settings.trials < 1:
+        raise UserError(f"--trials {settings.trials} must be >= 1", "pass e.g. --trials 10")
+    for variant, spec in specs(settings).items():
+        data = load_qa(variant, spec)
+        if settings.trials > len(data.questions):
+            raise UserError(f"--trials {settings.trials} is more than the {len(data.questions)} answerable questions of {data.name} ({variant})",
+                            f"use --trials {len(data.questions)} or fewer, or the full dataset")  # fmt: skip
+
+
+def prepare(lm, settings: Settings) -> Context:
+    """Load each variant's data, check every length holds every trial's gold documents; the data
+    digests go on every row, the file names into ``dataset``."""
+    from ..synthetic.pieces import encode, frame
+    from ..synthetic.qa import ANSWER_PREFIX, TOKENS_TO_GENERATE, load_qa, task_text
+
+    lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
+    data = {v: load_qa(v, spec) for v, spec in specs(settings).items()}
+    fr = frame(lm.tokenizer, settings.chat)
+    for variant, d in data.items():
+        # the smallest prompt of a trial: its gold documents alone (seed and length only reorder them)
+        need = 0
+        for t in range(settings.trials):
+            q = d.questions[t]
+            text = task_text([d.docs[i] for i in q.gold], q.query) + fr.between + ANSWER_PREFIX
+            need = max(need, len(fr.head) + len(encode(lm.tokenizer, text)) + TOKENS_TO_GENERATE)
+        short = [n for n in lengths if n < need]
+        if short:
+            raise UserError(f"length {short[0]} is too short for qa {variant} (the gold documents of its first {settings.trials} "
+                            f"questions and RULER's 32 answer tokens need {need} tokens with this tokenizer)",
+                            f"use --len of at least {need}")  # fmt: skip
+    fields = {"task": "qa", "chat": settings.chat, "protocol": settings.protocol, "data": {v: d.digest for v, d in data.items()}}
+    digest = "sha256:" + hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    dataset = "ruler-" + "+".join(f"{v}:{d.name}" for v, d in data.items()) + ("-chat" if settings.chat else "")
+    notes = [f"{v}: {d.name}, {len(d.questions)} answerable questions, {len(d.docs)} documents ({d.digest})" for v, d in data.items()]
+    return Context(dataset=dataset, data_digest=digest, notes=notes, state={"lengths": lengths, "data": data, "frame": fr, "prompts": {}})
+
+
+def cells(settings: Settings, ctx: Context) -> list[Cell]:
+    lengths = ctx.state["lengths"]
+    return [
+        Cell("qa", m, f, n, variant=v)
+        for v in ctx.state["data"]
+        for m in settings.methods
+        for f in factors_for(m, settings.factors)
+        for n in lengths
+    ]
+
+
+def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
+    return [[c] for c in todo]
+
+
+def cost(settings: Settings, trained_len: int) -> list[CostItem]:
+    from ..synthetic.qa import TOKENS_TO_GENERATE
+
+    lengths = settings.lengths or default_lengths(trained_len)
+    try:
+        variants = _run_variants(settings)
+    except UserError:
+        variants = settings.variants or ("qa_1",)
+    items = []
+    for _ in variants:
+        for m in settings.methods:
+            for f in factors_for(m, settings.factors):
+                # one forward per trial (only the instruction is shared), then RULER's 32 tokens at most
+                forwards = tuple(max(1, n - TOKENS_TO_GENERATE) for n in lengths for _ in range(settings.trials))
+                items.append(CostItem(cells=len(lengths), forwards=forwards, cached=(0,) * len(forwards),
+                                      decode_steps=len(lengths) * settings.trials * TOKENS_TO_GENERATE,
+                                      what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
+    return items
+
+
+def prompts_for(lm, ctx: Context, variant: str, length: int, trials: int) -> list:
+    """The trials' prompts of one (variant, length), built once per run and shared by every method."""
+    from ..synthetic.qa import build_qa
+
+    cache = ctx.state["prompts"]
+    out = []
+    for t in range(trials):
+        key = (variant, length, ctx.seed, t)
+        if key not in cache:
+            cache[key] = build_qa(ctx.state["data"][variant], lm.tokenizer, length, ctx.seed, t, fr=ctx.state["frame"])
+        out.append(cache[key])
+    return out
+
+
+def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
+    from ..synthetic import score
+
+    tok = lm.tokenizer
+    prompts = {cell: prompts_for(lm, ctx, cell.variant, cell.length, settings.trials) for cell in group}
+    new_tokens = max(p.max_new_tokens for ps in prompts.values() for p in ps)
+
+    def finished(p, new) -> bool:  # string_match_part only grows with the output: once 1, stop
+        return score(p.metric, tok.decode(new, skip_special_tokens=True), p.answers) >= 1.0
+
+    for cell, answers in answer_cells(lm, prompts, new_tokens, finished):
+        rows = []
+        for trial, (p, new, seconds) in enumerate(answers):
+            text = tok.decode(list(new), skip_special_tokens=True)
+            rows.append(Measurement("score", score(p.metric, text, p.answers), trial=trial, answer=text.strip(), tokens=len(p.ids),
+                                    seconds=round(seconds, 4),
+                                    extra={"answers": list(p.answers), "docs": p.extra["docs"], "gold_docs": p.extra["gold_docs"],
+                                           "question": p.extra["question"], "needle_pos": list(p.needle_positions), "metric": p.metric}))  # fmt: skip
+        yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(s for _, _, s in answers),
+                                         metric=answers[0][0].metric)  # fmt: skip
+
+
+TASK = Task(
+    name="qa", help="RULER QA over your copy of SQuAD (qa_1) or HotpotQA (qa_2): --qa-data PATH (required) x lengths x methods.",
+    settings=Settings, options=OPTIONS, prepare=prepare, cells=cells, groups=groups, run_group=run_group, cost=cost,
+    metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths, validate=validate,
+)  # fmt: skip
