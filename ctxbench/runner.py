@@ -157,6 +157,7 @@ def execute(
             lm = model.load()
     else:
         lm = model
+    jobs = [Job(job.task, job.task.settled(lm, job.settings)) for job in jobs]  # model-implied defaults, once
     contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
     plan = _plan_of(jobs, lm)
     if show is not None:
@@ -268,7 +269,8 @@ def run_task(
     from .methods import check_applicable, effective_params
     from .results import Row, cell_key
 
-    task, settings = job.task, job.settings
+    task = job.task
+    settings = task.settled(lm, job.settings)  # already settled by execute; a direct caller may not have
     torch.manual_seed(seed)
     ctx = task.prepare(lm, settings) if ctx is None else ctx
     ctx.seed = seed
@@ -321,7 +323,8 @@ def run_task(
                 variant=cell.variant, trial=m.trial, doc=m.doc, metric=m.metric, value=m.value, tokens=m.tokens,
                 seconds=m.seconds, status=m.status, method_params=params[(cell.method, cell.factor)], mode=m.mode,
                 answer=m.answer, extra=json.dumps({**m.extra, **cell_extra}, sort_keys=True),
-                pos_start=m.pos[0] if m.pos else "", pos_end=m.pos[1] if m.pos and m.pos[1] is not None else "", **provenance,
+                pos_start=m.pos[0] if m.pos else "", pos_end=m.pos[1] if m.pos and m.pos[1] is not None else "",
+                **{**provenance, **dict(zip(("dataset", "data_digest"), ctx.data_of(cell.variant), strict=True))},
             )
             for m in measurements
         ]

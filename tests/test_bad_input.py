@@ -35,6 +35,7 @@ def workdir(tmp_path, tiny_model_dir):
     (tmp_path / "truncated.csv").write_text(header + "\n" + ",".join(GOOD_ROW[:7]))
     (tmp_path / "foreign.csv").write_text("name,score\nfoo,1\n")
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     (tmp_path / "docs.jsonl").write_text(json.dumps({"body": "some text"}) + "\n")
     (tmp_path / "suite.toml").write_text('model = "smollm2-135m"\n[ppl]\nfactors = [2]\nlenghts = ["1k"]\n')
     (tmp_path / "badtask.toml").write_text('model = "smollm2-135m"\n[perplexity]\nfactors = [2]\n')
@@ -129,6 +130,8 @@ CASES = [
     ("method given twice", ["ppl", "--method", "yarn,ntk,yarn", *OUT], "given twice"),
     ("unknown RULER variant", ["niah", "--variant", "single1", *OUT], "did you mean 'single_1'"),
     ("missing haystack file", ["niah", "--haystack", "nope.txt", *OUT], "not found"),
+    ("binary haystack file", ["niah", "--haystack", "image.txt", *OUT], "is binary, not text"),
+    ("empty haystack file", ["niah", "--haystack", "empty.txt", *OUT], "is empty"),
     ("threshold above one", ["report", "results.csv", "--threshold", "1.5"], "threshold 1.5"),
     ("threshold zero", ["compare", "results.csv", "results.csv", "--threshold", "0"], "threshold 0"),
     ("freqs with an unknown x axis", ["freqs", "--method", "ntk", "--x", "freq", *GEOMETRY], "unknown --x 'freq'"),

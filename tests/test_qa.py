@@ -313,7 +313,9 @@ def test_end_to_end_on_a_tiny_model_both_variants(tiny_lm):
     records = out.records
     assert {(r["variant"], r["method"]) for r in records} == {(v, m) for v in ("qa_1", "qa_2") for m in ("none", "yarn")}
     r = records[0]
-    assert r["task"] == "qa" and r["dataset"] == "ruler-qa_1:squad-dev-v2.0-mini.json+qa_2:hotpot-dev-distractor-mini.json"
+    assert {(x["variant"], x["dataset"]) for x in records} == {("qa_1", "ruler-qa_1:squad-dev-v2.0-mini.json"),
+                                                               ("qa_2", "ruler-qa_2:hotpot-dev-distractor-mini.json")}  # fmt: skip
+    assert r["task"] == "qa"
     assert json.loads(r["options"]) == {"chat": False, "protocol": "ruler"}
     for variant in ("qa_1", "qa_2"):
         for method in ("none", "yarn"):
@@ -353,6 +355,16 @@ def test_the_data_digest_follows_the_data_and_the_options(tiny_lm, tmp_path):
     assert same.data_digest == base.data_digest and same.dataset == "ruler-qa_1:dev-v2.0.json"
     other = task.prepare(tiny_lm, _settings(qa_data=str(HOTPOT), variants="qa_2"))
     assert other.data_digest != base.data_digest
+
+
+def test_a_variant_run_alone_is_the_same_cell_as_in_a_run_of_both(tiny_lm, tmp_path):
+    out = tmp_path / "qa.csv"
+    both = run_settings(tiny_lm, "qa", _settings(lengths="1500", qa_data=f"qa_1={SQUAD},qa_2={HOTPOT}", trials=1), out=out)
+    assert both.ran == 2
+    alone = run_settings(tiny_lm, "qa", _settings(lengths="1500", qa_data=str(HOTPOT), variants="qa_2", trials=1), out=out)
+    assert alone.ran == 0 and alone.skipped == 1
+    digests = {r["variant"]: r["data_digest"] for r in both.records}
+    assert digests["qa_1"] != digests["qa_2"]
 
 
 def test_cost_is_one_forward_per_trial_and_32_decoding_steps():

@@ -389,3 +389,38 @@ def test_exact_length_with_smollm2s_tokenizer(smol_tok, task, variant):
                 body = smol_tok.decode(list(p.ids))
                 for answer in p.answers:
                     assert answer in body
+
+
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("essay.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "is binary, not text"),
+        ("essay.txt", "Caf\u00e9 society. It was late. ".encode("latin-1") * 20, "is not UTF-8 text"),
+        ("essay.txt", b"  \n\n  ", "is empty"),
+        ("essays.json", b'{"text": 3}', 'has no "text" string'),
+        ("essays.json", b'{"text": "cut', "is not JSON"),
+    ],
+)
+def test_binary_non_utf8_empty_or_malformed_haystacks_are_refused(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=message):
+        load_haystack(str(path))
+
+
+def test_an_empty_file_in_a_haystack_directory_is_named(tmp_path):
+    d = tmp_path / "essays"
+    d.mkdir()
+    (d / "a.txt").write_text("Alpha sentence one. Alpha sentence two. " * 20)
+    (d / "b.txt").write_text("")
+    with pytest.raises(UserError, match=r"b\.txt' is empty"):
+        load_haystack(str(d))
+
+
+def test_rulers_essay_json_is_read_as_its_text(tmp_path):
+    import json
+
+    prose = "How to start a startup. You need three things.\n\nGood people. " * 30
+    (tmp_path / "PaulGrahamEssays.json").write_text(json.dumps({"text": prose}))
+    hay = load_haystack(str(tmp_path / "PaulGrahamEssays.json"))
+    assert hay.text == re.sub(r"\s+", " ", prose).strip() and hay.name == "PaulGrahamEssays.json"

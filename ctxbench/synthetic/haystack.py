@@ -36,27 +36,55 @@ def _digest(text: str) -> str:
 
 
 def load_haystack(spec: str | None = None) -> Haystack:
-    """The essay haystack: ``None`` (or ``"pydoc"``) for the built-in prose, else a .txt/.md file
-    or a directory of them (read recursively, in sorted path order, joined by blank lines)."""
+    """The essay haystack: ``None`` (or ``"pydoc"``) for the built-in prose; else a .txt/.md file,
+    a directory of them (read recursively, in sorted path order, joined by blank lines), or the
+    ``PaulGrahamEssays.json`` RULER's ``download_paulgraham_essay.py`` writes (``{"text": ...}``:
+    the very text RULER's essay haystack is). Binary, non-UTF-8 and empty files are refused."""
     if spec is None or spec == "pydoc":
         return _pydoc_haystack()
     path = Path(spec).expanduser()
     if not path.exists():
-        raise UserError(f"haystack '{spec}' not found", "give an existing .txt/.md file or a directory of them")
+        raise UserError(f"haystack '{spec}' not found", "give an existing .txt/.md file, a directory of them, or RULER's PaulGrahamEssays.json")
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".txt", ".md"))
         if not files:
             raise UserError(f"haystack directory '{spec}' has no .txt or .md files", "add text files or point at one")
     else:
         files = [path]
-    try:
-        text = "\n\n".join(f.read_text(encoding="utf-8", errors="replace").strip() for f in files)
-    except OSError as e:
-        raise UserError(f"cannot read haystack '{spec}': {e.strerror}", "check the file's permissions") from None
+    text = "\n\n".join(_read_text(f) for f in files)
     text = re.sub(r"\s+", " ", text).strip()  # RULER collapses the essays' whitespace the same way
     if len(sentences(text)) < 2:
         raise UserError(f"haystack '{spec}' has almost no text", "give a file with at least a few sentences of prose")
     return Haystack(name=path.name, text=text, digest=_digest(text))
+
+
+def _read_text(path: Path) -> str:
+    """One haystack file's text: UTF-8 prose, or the ``text`` of a RULER essay JSON."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read haystack '{path}': {e.strerror}", "check the file's permissions") from None
+    if b"\x00" in raw[:65536]:
+        raise UserError(f"haystack file '{path}' is binary, not text", "give .txt/.md prose or RULER's PaulGrahamEssays.json")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"haystack file '{path}' is not UTF-8 text (byte {e.start})", "convert it to UTF-8, e.g. iconv -t utf-8") from None
+    if path.suffix.lower() == ".json":
+        import json
+
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"haystack file '{path}' is not JSON (line {e.lineno}, column {e.colno})",
+                            "give RULER's PaulGrahamEssays.json as its download script writes it, or a .txt file") from None  # fmt: skip
+        if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+            raise UserError(f"haystack file '{path}' has no \"text\" string (RULER's essay JSON is {{\"text\": ...}})",
+                            "give RULER's PaulGrahamEssays.json, or the essays as .txt files")  # fmt: skip
+        text = data["text"]
+    if not text.strip():
+        raise UserError(f"haystack file '{path}' is empty", "give a file with prose in it, or drop it from the directory")
+    return text.strip()
 
 
 @functools.cache

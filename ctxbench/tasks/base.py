@@ -12,7 +12,8 @@ point in the group ``ctxbench.tasks`` (the built-in ones too, see ``pyproject.to
   yielding ``(cell, [Measurement])`` as each cell finishes;
 - its headline ``metric`` and whether higher is better (for report, compare and effective length);
 - ``cost(settings, trained_len) -> [CostItem]`` for plans and dry runs (no model needed);
-- optionally ``tables(frame, trained_len)`` and ``plots(frame, directory)`` for people.
+- optionally ``tables(frame, trained_len)`` and ``plots(frame, directory)`` for people, and
+  ``settle(lm, settings) -> settings`` for defaults that depend on the loaded model.
 
 In return every registered task gets a ``ctxbench NAME`` command, a ``[NAME]`` suite section,
 resumable CSV rows with full provenance, torchrun sharding, ``report`` and ``compare``.
@@ -112,6 +113,14 @@ class Context:
     notes: list[str] = field(default_factory=list)
     state: Any = None
     seed: int = 0  # the run's seed, set by the runner: every random choice derives from it
+    # variant -> (dataset, data_digest) where the variants of one run read different data (qa_1
+    # from SQuAD, qa_2 from HotpotQA): each variant's rows name only their own data, so a run of
+    # one variant and a run of both resume and compare as the same cells
+    variant_data: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def data_of(self, variant: str) -> tuple[str, str]:
+        """(dataset, data_digest) of a cell of ``variant``."""
+        return self.variant_data.get(variant, (self.dataset, self.data_digest))
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,14 @@ class Task:
     # record -> {option: value} for rows written before options were part of the cell key (no
     # ``options`` column): what those runs used. Default: every identity option at its default.
     legacy_options: Callable | None = None
+    # (lm, settings) -> settings: options left to the model ("auto", such as ``chat`` under RULER's
+    # protocol) given the value the loaded model implies, before ``prepare``; rows, cell keys and
+    # resume see the settled value only, so an explicit and an implied choice are the same cell.
+    settle: Callable | None = None
+
+    def settled(self, lm, settings):
+        """``settings`` with every model-dependent default decided (see ``settle``)."""
+        return self.settle(lm, settings) if self.settle is not None else settings
 
     def option_names(self) -> list[str]:
         return [o.name for o in self.options]

@@ -50,6 +50,31 @@ def parse_bool(value, flag: str) -> bool:
     raise UserError(f"{flag} '{value}' is not true or false", f"pass {flag} true or {flag} false")
 
 
+CHAT_HELP = ("wrap the prompt in the model's chat template; default: under --protocol ruler the model's own template "
+             "when its tokenizer ships one (RULER runs chat models through their template), raw otherwise; "
+             "--no-chat for raw prompts")
+
+
+def parse_chat(value) -> bool | None:
+    """``--chat``/``--no-chat``, a suite's ``chat = true|false``, or ``"auto"`` (the default: decided
+    by :func:`settle_chat` once the model is loaded)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    return parse_bool(value, "--chat")
+
+
+def settle_chat(lm, settings):
+    """``chat`` left to the model (``None``): the model's chat template under RULER's protocol when
+    its tokenizer ships one, as RULER prompts chat models (its ``template.py`` has one per model
+    family and ``base`` for base models); raw prompts under ``exact``, as every run before."""
+    from dataclasses import replace
+
+    if settings.chat is not None:
+        return settings
+    ships = bool(getattr(lm.tokenizer, "chat_template", None))
+    return replace(settings, chat=settings.protocol == "ruler" and ships)
+
+
 def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> list:
     """A cell's ``accuracy`` (mean per-trial score) with its trial count, and its 95% Wilson
     interval as ``accuracy_lo``/``accuracy_hi`` rows (for fractional scores, RULER's

@@ -25,7 +25,15 @@ from dataclasses import dataclass
 
 from ..errors import UserError, unknown
 from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import accuracy_rows, answer_cells, factors_for, parse_bool, parse_positive_int
+from .common import (
+    CHAT_HELP,
+    accuracy_rows,
+    answer_cells,
+    factors_for,
+    parse_chat,
+    parse_positive_int,
+    settle_chat,
+)
 
 NAMES = ("qa_1", "qa_2")
 
@@ -37,7 +45,7 @@ class Settings:
     lengths: tuple[int, ...] | None = None  # None: L/4, L/2, L, 2L
     variants: tuple[str, ...] = ()  # (): the variants --qa-data names (qa_1 for a bare path)
     trials: int = 4
-    chat: bool = False
+    chat: bool | None = None  # None: decided by the model (common.settle_chat)
     qa_data: tuple[tuple[str, str], ...] = ()  # ((variant or "", path or hub id), ...)
     protocol: str = "ruler"
 
@@ -87,7 +95,7 @@ OPTIONS = (
     # trials: resume reruns a cell holding fewer trials than asked, so the count is not part of the key
     Option("trials", "trials per cell: trial t asks the dataset's question t (default 4)", lambda v: parse_positive_int(v, "--trials"),
            identity=False),  # fmt: skip
-    Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True),
+    Option("chat", CHAT_HELP, parse_chat, is_flag=True),
 )
 
 
@@ -150,11 +158,15 @@ def prepare(lm, settings: Settings) -> Context:
             raise UserError(f"length {short[0]} is too short for qa {variant} (the gold documents of its first {settings.trials} "
                             f"questions and RULER's 32 answer tokens need {need} tokens with this tokenizer)",
                             f"use --len of at least {need}")  # fmt: skip
-    fields = {"task": "qa", "chat": settings.chat, "protocol": settings.protocol, "data": {v: d.digest for v, d in data.items()}}
-    digest = "sha256:" + hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-    dataset = "ruler-" + "+".join(f"{v}:{d.name}" for v, d in data.items()) + ("-chat" if settings.chat else "")
+    def named(variants) -> tuple[str, str]:  # (dataset, data_digest) of these variants' data
+        fields = {"task": "qa", "chat": settings.chat, "protocol": settings.protocol, "data": {v: data[v].digest for v in variants}}
+        digest = "sha256:" + hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+        return "ruler-" + "+".join(f"{v}:{data[v].name}" for v in variants) + ("-chat" if settings.chat else ""), digest
+
+    dataset, digest = named(list(data))
     notes = [f"{v}: {d.name}, {len(d.questions)} answerable questions, {len(d.docs)} documents ({d.digest})" for v, d in data.items()]
-    return Context(dataset=dataset, data_digest=digest, notes=notes, state={"lengths": lengths, "data": data, "frame": fr, "prompts": {}})
+    return Context(dataset=dataset, data_digest=digest, notes=notes, state={"lengths": lengths, "data": data, "frame": fr, "prompts": {}},
+                   variant_data={v: named([v]) for v in data})  # fmt: skip
 
 
 def cells(settings: Settings, ctx: Context) -> list[Cell]:
@@ -232,4 +244,5 @@ TASK = Task(
     name="qa", help="RULER QA over your copy of SQuAD (qa_1) or HotpotQA (qa_2): --qa-data PATH (required) x lengths x methods.",
     settings=Settings, options=OPTIONS, prepare=prepare, cells=cells, groups=groups, run_group=run_group, cost=cost,
     metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths, validate=validate,
+    settle=settle_chat,
 )  # fmt: skip

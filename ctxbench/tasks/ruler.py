@@ -31,12 +31,14 @@ from dataclasses import dataclass
 from ..errors import UserError, unknown
 from .base import Cell, Context, CostItem, Measurement, Option, Task
 from .common import (
+    CHAT_HELP,
     accuracy_rows,
     answer_cells,
     depths_option,
     factors_for,
-    parse_bool,
+    parse_chat,
     parse_positive_int,
+    settle_chat,
     shared_prefix_forwards,
 )
 
@@ -51,7 +53,7 @@ class Settings:
     variants: tuple[str, ...] = ()
     depths: tuple[float, ...] | None = None  # None: DEFAULT_DEPTHS under exact, RULER's random ones under ruler
     trials: int = 4
-    chat: bool = False
+    chat: bool | None = None  # None: decided by the model (common.settle_chat)
     haystack: str | None = None
     protocol: str = "ruler"
 
@@ -87,11 +89,12 @@ def _protocol(value) -> str:
 
 
 def _haystack(value) -> str:
-    from pathlib import Path
+
+    from ..synthetic.haystack import load_haystack
 
     text = str(value)
-    if text != "pydoc" and not Path(text).expanduser().exists():
-        raise UserError(f"haystack '{text}' not found", "give an existing .txt/.md file or a directory of them (default: the built-in pydoc prose)")
+    if text != "pydoc":
+        load_haystack(text)  # missing, binary, non-UTF-8 or empty input fails here, before any model loads
     return text
 
 
@@ -112,16 +115,16 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
                                      "(default 0.1,0.3,0.5,0.7,0.9)"))  # fmt: skip
     # trials: resume reruns a cell holding fewer trials than asked, so the count is not part of the key
     options.append(Option("trials", "trials (random needles) per cell (default 4)", lambda v: parse_positive_int(v, "--trials"), identity=False))
-    options.append(Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True))
+    options.append(Option("chat", CHAT_HELP, parse_chat, is_flag=True))
     if has_haystack:  # the haystack's text digest is part of data_digest (a path says nothing of its content)
-        options.append(Option("haystack", "essay haystack: a .txt/.md file or directory (default: the running Python's pydoc prose)", _haystack,
+        options.append(Option("haystack", "essay haystack: a .txt/.md file, a directory of them, or RULER's PaulGrahamEssays.json (default: the running Python's pydoc prose)", _haystack,
                               identity=False))  # fmt: skip
     spec = dict(name=name, variants=default_variants, has_depth=has_depth, has_haystack=has_haystack)
     return Task(
         name=name, help=help, settings=Settings, options=tuple(options),
         prepare=partial(prepare, spec), cells=partial(cells, spec), groups=groups, run_group=partial(run_group, spec),
         cost=partial(cost, spec), metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths,
-        plots=partial(plots, name), validate=validate, legacy_options=legacy_options,
+        plots=partial(plots, name), validate=validate, legacy_options=legacy_options, settle=settle_chat,
     )  # fmt: skip
 
 
