@@ -125,3 +125,24 @@ def test_decoding_passes_the_cache_without_a_deprecation_warning(tiny_lm):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         list(decode_shared(tiny_lm.model, prompts, 4, None))
+
+
+def test_a_dynamic_method_takes_the_cells_length_whichever_trials_run(tiny_lm):
+    # RULER's prompts differ in length from trial to trial and prompt + budget <= length: the
+    # frequencies a dynamic method decodes with are those of the cell's length, so a trial scores
+    # the same in a run of 1 trial as of 6 (not those of the group's longest prompt)
+    import torch
+
+    from ctxbench.methods import frequencies
+    from ctxbench.patching import rotary_modules
+
+    seen = []
+    handle = rotary_modules(tiny_lm.model)[0].register_forward_pre_hook(lambda m, args: seen.append(m.inv_freq.clone()))
+    try:
+        for trials in (1, 6):
+            settings = build_settings(get("niah"), [resolve("dynamic-ntk")], 2.0, "900", {"variants": "multivalue", "trials": trials})
+            run_settings(tiny_lm, "niah", settings)
+    finally:
+        handle.remove()
+    want, _ = frequencies(resolve("dynamic-ntk"), tiny_lm.geometry, 2.0, 900)
+    assert seen and all(torch.equal(f, want) for f in seen)

@@ -99,7 +99,9 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
     ``.ids``), all cells of one (method, factor, length) decoded together with their shared
     prefixes computed once (:func:`ctxbench.decoding.decode_shared`). Yields ``(cell, [(prompt,
     new_tokens, seconds), ...])`` in trial order as soon as all of a cell's trials are answered.
-    Dynamic methods see the longest prompt plus the new tokens as their length. ``finished(prompt,
+    Dynamic methods see the cell's length as theirs, or the longest prompt plus the new tokens where
+    that is longer (a prompt of exactly the length decodes past it): one value per cell, whichever
+    trials run, so a trial scores the same in a run of 10 trials as of 50. ``finished(prompt,
     new_tokens)``: the trial's score can no longer change, so its decoding may stop early."""
     from ..decoding import decode_shared
     from ..patching import applied
@@ -108,7 +110,7 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
     assert all((c.method, c.factor, c.length) == (first.method, first.factor, first.length) for c in prompts_by_cell)
     owner = [(cell, t) for cell, prompts in prompts_by_cell.items() for t in range(len(prompts))]
     flat = [prompts_by_cell[cell][t] for cell, t in owner]
-    seq_len = max(len(p.ids) for p in flat) + max_new_tokens
+    seq_len = max(first.length, max(len(p.ids) for p in flat) + max_new_tokens)
     pending = {cell: len(prompts) for cell, prompts in prompts_by_cell.items()}
     done: dict = {}
     with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
