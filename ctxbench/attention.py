@@ -1,4 +1,4 @@
-"""Attention-level methods: log-n scaling, ReRoPE, leaky ReRoPE and Self-Extend.
+"""Attention-level methods: log-n scaling, Scalable-Softmax, ReRoPE, leaky ReRoPE and Self-Extend.
 
 How they plug in: while one of these methods is applied, the model's rotary modules return the
 identity rotation (cos = 1, sin = 0), so queries and keys reach the attention function — and
@@ -20,15 +20,21 @@ Relative position ``p = i - j`` of query ``i`` and key ``j``; window ``w``; trai
 * ``self-extend``  (Jin et al. 2024, arXiv 2401.01325): ``p`` if ``p < w`` else
   ``(i // G + w - w // G) - j // G`` (the grouped query is shifted so both parts meet at ``w``)
 * ``logn``: the query at 1-based position ``m > L`` is multiplied by ``log_L(m)``.
+* ``ssmax`` (Scalable-Softmax, arXiv 2501.19399, as Llama 4): the query at 0-based position ``p``
+  is multiplied by ``1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))``.
 
-``rerope+logn``, ``leaky-rerope+logn`` and ``self-extend+logn`` do both, as ReRoPE's author's code
-(bojone/rerope, and the yarn repository's copy) always does: every query, in both branches, is
-multiplied by ``max(1, log_L(m))`` before the positions are applied.
+``logn`` and ``ssmax`` are the log-n family: plain RoPE attention with each query multiplied by a
+factor of its position, which the registry entry computes (``Method.query_scale``); the plan
+carries it as :attr:`AttentionPlan.query_scale`. ``rerope+logn``, ``leaky-rerope+logn`` and
+``self-extend+logn`` (or ``+ssmax``) do both, as ReRoPE's author's code (bojone/rerope, and the
+yarn repository's copy) always does with log-n: every query, in both branches, is multiplied by
+the factor before the positions are applied.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +43,7 @@ from transformers import AttentionInterface
 
 from .errors import UserError
 from .geometry import RopeGeometry
+from .methods import TWO_BRANCH, logn_query_scale
 
 NAME = "ctxbench"
 # Elements of one fp32 score block (heads x block x keys): 2**25 floats = 128 MB.
@@ -86,7 +93,7 @@ def attention_defaults(name: str, params: dict, geom: RopeGeometry, factor: floa
 class AttentionPlan:
     """What :func:`ctxbench_attention` needs: the method, its frequencies and parameters."""
 
-    kind: str  # logn | rerope | leaky-rerope | self-extend
+    kind: str  # logn | ssmax | rerope | leaky-rerope | self-extend
     inv_freq: torch.Tensor  # (d/2,) float32
     scale: float  # multiplies cos and sin
     rotary_dim: int
@@ -94,7 +101,9 @@ class AttentionPlan:
     window: int = 0
     k: float = 1.0
     group: int = 1
-    logn: bool = False  # two-branch methods: also scale queries by log-n (``kind == "logn"`` always does)
+    # 0-based query positions -> the factor multiplying each query (float32), for the log-n family
+    # (``logn``, ``ssmax``) alone or stacked on a two-branch method; None: queries as they are
+    query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -124,18 +133,24 @@ def _grouped(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return q.view(b, kv_heads, h // kv_heads, n, d)
 
 
-def _logn_queries(q: torch.Tensor, q_pos: torch.Tensor, trained_len: int) -> torch.Tensor:
-    """Query at 1-based position ``m`` times ``log_L(m)`` when ``m > L`` (``max(1, log_L(m))``)."""
-    m = (q_pos + 1).float()
-    factor = torch.where(m > trained_len, torch.log(m) / math.log(trained_len), torch.ones_like(m))
+def _scale_queries(q: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """Queries (b, h, n, d) times one factor per query position (n,)."""
     return q * factor.to(q.dtype)[None, None, :, None]
 
 
-def _logn_attention(plan, q, k, v, scaling, q_pos, k_pos):
-    """Rotate normally, multiply query ``m`` (1-based) by ``log_L(m)`` when ``m > L``, then SDPA."""
+def _logn_queries(q: torch.Tensor, q_pos: torch.Tensor, trained_len: int) -> torch.Tensor:
+    """Query at 1-based position ``m`` times ``log_L(m)`` when ``m > L`` (``max(1, log_L(m))``)."""
+    import array_api_compat.torch as xp
+
+    return _scale_queries(q, logn_query_scale(q_pos, trained_len, xp=xp))
+
+
+def _scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
+    """The log-n family: rotate normally, multiply each query by its position's factor
+    (``plan.query_scale``: ``log_L(m)`` past ``L`` for logn, Llama 4's temperature for ssmax), then SDPA."""
     qr = rotate(q, q_pos, plan.inv_freq, plan.scale, plan.rotary_dim)
     kr = rotate(k, k_pos, plan.inv_freq, plan.scale, plan.rotary_dim)
-    qr = _logn_queries(qr, q_pos, plan.trained_len)
+    qr = _scale_queries(qr, plan.query_scale(q_pos))
     gqa = q.shape[1] != k.shape[1]
     n_q, n_k = q.shape[2], k.shape[2]
     if n_q == n_k:
@@ -159,8 +174,8 @@ def _two_branch_attention(plan, q, k, v, scaling, q_pos, k_pos):
     n_q = q.shape[2]
     w = plan.window
     inv, scale, rd = plan.inv_freq, plan.scale, plan.rotary_dim
-    if plan.logn:  # rotation is linear: scaling before it is scaling both branches' scores
-        q = _logn_queries(q, q_pos, plan.trained_len)
+    if plan.query_scale is not None:  # rotation is linear: scaling before it is scaling both branches' scores
+        q = _scale_queries(q, plan.query_scale(q_pos))
     near_q = rotate(q, q_pos, inv, scale, rd)  # (b, h, n_q, d)
     near_k = rotate(k, k_pos, inv, scale, rd)  # (b, kv, n_k, d)
     if plan.kind == "rerope":
@@ -332,10 +347,10 @@ def ctxbench_attention(module, query, key, value, attention_mask, scaling=None, 
     n_q, n_k = query.shape[2], key.shape[2]
     k_pos = torch.arange(n_k, device=query.device)
     q_pos = k_pos[n_k - n_q :]
-    if plan.kind == "logn":
-        out = _logn_attention(plan, query, key, value, scaling, q_pos, k_pos)
-    else:
+    if plan.kind in TWO_BRANCH:
         out = _two_branch_attention(plan, query, key, value, scaling, q_pos, k_pos)
+    else:  # the log-n family
+        out = _scaled_attention(plan, query, key, value, scaling, q_pos, k_pos)
     return out.transpose(1, 2).contiguous(), None
 
 

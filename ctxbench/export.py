@@ -26,9 +26,9 @@ from .errors import UserError, unknown
 ENGINES = ("transformers", "vllm", "llamacpp", "json")
 # What each engine can express, for the error when it cannot.
 SUPPORTED = {
-    "transformers": ("none", "native", "linear", "ntk", "theta", "dynamic-ntk", "yarn", "llama3", "longrope"),
-    "vllm": ("none", "native", "linear", "ntk", "theta", "yarn", "llama3", "longrope"),
-    "llamacpp": ("none", "linear", "ntk", "theta", "yarn"),
+    "transformers": ("none", "native", "linear", "ntk", "ntk-alpha", "theta", "dynamic-ntk", "yarn", "llama3", "longrope"),
+    "vllm": ("none", "native", "linear", "ntk", "ntk-alpha", "theta", "yarn", "llama3", "longrope"),
+    "llamacpp": ("none", "linear", "ntk", "ntk-alpha", "theta", "yarn"),
     "json": ("every method",),
 }
 VLLM_ROPE_TYPES = ("default", "linear", "yarn", "llama3", "longrope")
@@ -38,7 +38,11 @@ WHY = {
     ("llamacpp", "llama3"): "llama.cpp applies Llama 3.1 scaling from the GGUF file's rope_freqs tensor, written at conversion, not from flags",
     ("llamacpp", "longrope"): "llama.cpp applies LongRoPE from the GGUF file's rope factor tensors, written at conversion, not from flags",
     ("llamacpp", "native"): "llama.cpp reads the model's own scaling from its GGUF file: pass no rope flags",
-}
+    ("transformers", "ntk-mixed"): "transformers has no rope type with NTK-RoPE-mixed's per-pair factors exp(a*m^b)",
+    ("vllm", "ntk-mixed"): "ctxbench exports only vLLM rope types it checks against transformers "
+                           "(vLLM's own 'ntk' type with mixed_b computes it, untested here)",
+    ("llamacpp", "ntk-mixed"): "llama.cpp has no per-pair NTK-RoPE-mixed factors",
+}  # fmt: skip
 
 
 def _yarn_mscale(s: float) -> float:
@@ -78,6 +82,8 @@ def rope_parameters(setting, geom, factor: float) -> tuple[dict, int | None]:
         return {**out, "rope_type": "linear", "factor": factor}, None
     if name == "ntk":  # NTK-aware scaling is plain RoPE with a larger base
         return {**out, "rope_type": "default", "rope_theta": geom.base * factor ** (d / (d - 2))}, None
+    if name == "ntk-alpha":  # Hunyuan's alpha: the same, with the ratio alpha given
+        return {**out, "rope_type": "default", "rope_theta": _alpha_base(p, geom)}, None
     if name == "theta":
         if p.get("theta") is None:
             raise UserError("method 'theta' needs a new base", "pass --param theta=1000000")
@@ -101,6 +107,14 @@ def rope_parameters(setting, geom, factor: float) -> tuple[dict, int | None]:
             rope["attention_factor"] = float(p["attention_factor"])
         return rope, longer
     raise _cannot("transformers", setting)
+
+
+def _alpha_base(p: dict, geom) -> float:
+    """ntk-alpha's base ``b * alpha^(d/(d-2))``."""
+    if p.get("scaling_alpha") is None:
+        raise UserError("method 'ntk-alpha' needs its alpha", "pass --param scaling_alpha=1000")
+    d = geom.rotary_dim
+    return geom.base * float(p["scaling_alpha"]) ** (d / (d - 2))
 
 
 def _cannot(engine: str, setting) -> UserError:
@@ -165,8 +179,9 @@ def _llamacpp(setting, geom, factor) -> list[str]:
         return ["--rope-scaling", "none", "--rope-freq-base", _num(geom.base), "--ctx-size", str(ctx)]
     if name == "linear":
         return ["--rope-scaling", "linear", "--rope-scale", _num(factor), "--rope-freq-base", _num(geom.base), "--ctx-size", str(ctx)]
-    if name in ("ntk", "theta"):
-        new_base = geom.base * factor ** (d / (d - 2)) if name == "ntk" else p.get("theta")
+    if name in ("ntk", "ntk-alpha", "theta"):
+        new_base = {"ntk": lambda: geom.base * factor ** (d / (d - 2)), "ntk-alpha": lambda: _alpha_base(p, geom),
+                    "theta": lambda: p.get("theta")}[name]()  # fmt: skip
         if new_base is None:
             raise UserError("method 'theta' needs a new base", "pass --param theta=1000000")
         return ["--rope-scaling", "none", "--rope-freq-base", _num(float(new_base)), "--ctx-size", str(ctx)]

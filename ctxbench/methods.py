@@ -10,10 +10,12 @@ a model is patched, NumPy for ``ctxbench freqs``; the same op order as transform
 sin (so attention logits are multiplied by its square). ``METHODS`` maps a name to the function
 plus what the CLI shows about it; adding a method is one function and one entry.
 
-Attention-level methods (``logn``, ``rerope``, ``leaky-rerope``, ``self-extend``) are entries
-too, with ``attention=True``; their maths lives in :mod:`ctxbench.attention`. They combine with
-one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``); a two-branch method also takes log-n
-query scaling, as ReRoPE's author always used it: ``rerope+logn``, ``ntk+rerope+logn``.
+Attention-level methods (``logn``, ``ssmax``, ``rerope``, ``leaky-rerope``, ``self-extend``) are
+entries too, with ``attention=True``; their maths lives in :mod:`ctxbench.attention`. They combine
+with one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``, ``yarn+ssmax``). The log-n family
+(``logn``, ``ssmax``) only multiplies each query by a factor of its position, a pure function the
+entry carries (``query_scale``); a two-branch method also takes one of them, as ReRoPE's author
+always used log-n: ``rerope+logn``, ``ntk+rerope+logn``, ``rerope+ssmax``.
 
 ``native`` is the model as shipped: the config's own RoPE scaling, computed by transformers.
 Models without RoPE run only ``none`` and ``native`` (:func:`check_applicable`).
@@ -267,6 +269,68 @@ def theta_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp, theta: f
     return _inv_freq(float(theta), geom, xp), 1.0
 
 
+def ntk_mixed_freqs(
+    geom: RopeGeometry, factor: float, seq_len: int, *, xp, mixed_b: float | None = None
+) -> tuple[Array, float]:
+    """NTK-RoPE-mixed (Su, "Transformer upgrade path 11: carrying the beta-base position through",
+    https://kexue.fm/archives/9706): pair ``i`` divided by ``lambda_m = exp(a * m^b)``, ``m = i + 1``,
+    ``a = ln(s) / (d/2)^b``, so the highest-frequency pair is divided least (by ``s^(1/(d/2)^b)``) and
+    the lowest one (``m = d/2``) by exactly ``s``; ``b = 1`` is fixed NTK scaling (``lambda_m = s^(m/(d/2))``).
+
+    Computed as vLLM computes it (``NTKScalingRotaryEmbedding._compute_inv_freq`` with ``mixed_b``,
+    vllm-project/vllm ``vllm/model_executor/layers/rotary_embedding/ntk_scaling_rope.py`` at commit
+    91b4f8fbfcc33a9cb58456f3061dced32509af4f): float32 throughout, ``ln(s)`` of a float32 ``s``,
+    the base unchanged, ``theta_i / lambda_m``."""
+    if mixed_b is None:  # a bare resolve("ntk-mixed"); resolve(..., runnable=True) refuses it before anything loads
+        raise UserError("method 'ntk-mixed' needs its exponent b", "pass --param mixed_b=0.625")
+    d = geom.rotary_dim
+    a = xp.log(xp.asarray(factor, dtype=xp.float32)) / (d / 2) ** mixed_b
+    m = xp.astype(xp.arange(1, d // 2 + 1, dtype=xp.int64), xp.float32)
+    return _inv_freq(geom.base, geom, xp) / xp.exp(a * m**mixed_b), 1.0
+
+
+def ntk_alpha_freqs(
+    geom: RopeGeometry, factor: float, seq_len: int, *, xp, scaling_alpha: float | None = None
+) -> tuple[Array, float]:
+    """Hunyuan's "dynamic NTK alpha": base ``b * alpha^(d/(d-2))``, NTK-aware scaling with the
+    ratio ``alpha`` given directly (Hunyuan configs: ``rope_scaling = {"type": "dynamic", "alpha": ...}``;
+    despite the name the base is fixed, whatever the sequence length). As vLLM computes it
+    (``DynamicNTKAlphaRotaryEmbedding``, vllm-project/vllm
+    ``vllm/model_executor/layers/rotary_embedding/dynamic_ntk_alpha_rope.py`` at commit
+    a42938c2e7432785b64b436dd8b9905ad854cbb1), with ``d`` the rotary dim (transformers' HunYuan code
+    uses the head dim, the same number for every full-rotary model). The factor is not used:
+    ``alpha`` is not a length ratio in Hunyuan's configs, and with ``alpha = s`` this is ``ntk``."""
+    if scaling_alpha is None:  # a bare resolve("ntk-alpha"); resolve(..., runnable=True) refuses it
+        raise UserError("method 'ntk-alpha' needs its alpha", "pass --param scaling_alpha=1000")
+    d = geom.rotary_dim
+    return _inv_freq(geom.base * float(scaling_alpha) ** (d / (d - 2)), geom, xp), 1.0
+
+
+# Query scales: the log-n family (attention-level methods that multiply the query at 0-based
+# position p by a factor of p alone). ``positions`` is an integer array; the result is float32.
+
+
+def logn_query_scale(positions: Array, trained_len: int, *, xp) -> Array:
+    """Log-n scaling: ``max(1, log_L(m))`` for the 1-based position ``m = p + 1``, as bojone/rerope's
+    ``clip(log(position_ids + 1) / log(L), 1)`` (Su 2021; Chiang & Cholak 2022)."""
+    m = xp.astype(positions + 1, xp.float32)
+    return xp.where(m > trained_len, xp.log(m) / math.log(trained_len), xp.ones_like(m))
+
+
+def ssmax_query_scale(
+    positions: Array, trained_len: int, *, xp, attn_scale: float = 0.1, floor_scale: int = 8192
+) -> Array:
+    """Scalable-Softmax as Llama 4 ships it (attention temperature tuning; Nakanishi, arXiv 2501.19399):
+    ``1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))`` for the 0-based position ``p``, in the
+    op order of transformers' ``Llama4TextAttention.forward`` (huggingface/transformers
+    ``src/transformers/models/llama4/modeling_llama4.py``, v5.24.0: ``log1p(floor((p + 1.0) /
+    floor_scale)) * attn_scale + 1.0`` in float32). It is 1 for the first ``floor_scale - 1``
+    positions whatever ``L``; Llama 4 (``attn_scale=0.1``, ``floor_scale=8192``) applies it on its
+    NoPE layers, ctxbench on every layer's rotated queries."""
+    p = xp.astype(positions, xp.float32)
+    return xp.log1p(xp.floor((p + 1.0) / floor_scale)) * attn_scale + 1.0
+
+
 class _RopeConfig:
     """The few config fields transformers' ``ROPE_INIT_FUNCTIONS`` read, rebuilt from a geometry."""
 
@@ -481,6 +545,10 @@ BETA_FAST = Param("beta_fast", 32.0, "float", "rotations in L above which a pair
                   low=0, low_inclusive=False, greater_than="beta_slow")  # fmt: skip
 BETA_SLOW = Param("beta_slow", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, low_inclusive=False)
 WINDOW = Param("window", None, "length", "neighbours within w tokens keep exact positions; auto: L/4", low=1, example="1k")
+ATTN_SCALE = Param("attn_scale", 0.1, "float", "strength: the query at p is scaled by 1 + attn_scale*ln(1+floor((p+1)/floor_scale))",
+                   low=0)
+FLOOR_SCALE = Param("floor_scale", 8192, "length", "tokens per step of the query scale (Llama 4: 8192, whatever L)", low=1,
+                    example="8k")
 LONGROPE_FACTORS = Param("factors", None, "factors", "LongRoPE's searched per-pair factors; auto: the model config's",
                          example="factors.json")  # fmt: skip
 
@@ -498,6 +566,9 @@ class Method:
     dynamic: bool = False  # frequencies depend on the sequence length l
     uses_factor: bool = True
     attention: bool = False  # changes attention itself (see ctxbench.attention)
+    # The log-n family: fn(positions, trained_len, *, xp, **params) -> the factor multiplying the
+    # query at each 0-based position (``logn``, ``ssmax``); a two-branch method also takes one.
+    query_scale: Callable[..., Array] | None = None
 
     @property
     def params(self) -> dict:
@@ -556,6 +627,19 @@ METHODS: dict[str, Method] = {
                         required=True, example=1000000),),
         uses_factor=False,
     ),  # fmt: skip
+    "ntk-mixed": Method(
+        "ntk-mixed", ntk_mixed_freqs, "theta_i / exp(a*m^b), m=i+1, a=ln(s)/(d/2)^b",
+        "NTK-RoPE-mixed (Su 2023, kexue.fm/archives/9706); vLLM 'ntk' with mixed_b",
+        declared=(Param("mixed_b", None, "float", "exponent b of lambda_m = exp(a*m^b); b=1 is fixed NTK scaling",
+                        low=0, low_inclusive=False, required=True, example=0.625),),
+    ),  # fmt: skip
+    "ntk-alpha": Method(
+        "ntk-alpha", ntk_alpha_freqs, "base b*alpha^(d/(d-2)) (alpha given, not s)",
+        "Hunyuan dynamic NTK alpha; vLLM DynamicNTKAlphaRotaryEmbedding",
+        declared=(Param("scaling_alpha", None, "float", "NTK ratio alpha (Hunyuan's rope_scaling alpha); the factor is not used",
+                        low=1, required=True, example=1000),),
+        uses_factor=False,
+    ),  # fmt: skip
     "native": Method(
         "native", native_freqs, "the model config's own RoPE scaling (its rope_type and parameters), as shipped",
         "transformers ROPE_INIT_FUNCTIONS", uses_factor=False, dynamic=True,
@@ -563,7 +647,12 @@ METHODS: dict[str, Method] = {
     # Attention-level methods: frequencies come from the method they are combined with (none by default).
     "logn": Method(
         "logn", None, "q at position m > L scaled by log_L(m)", "entropy-invariant attention (Su 2021; Chiang & Cholak 2022)",
-        uses_factor=False, attention=True,
+        uses_factor=False, attention=True, query_scale=logn_query_scale,
+    ),
+    "ssmax": Method(
+        "ssmax", None, "q at 0-based p scaled by 1 + attn_scale*ln(1+floor((p+1)/floor_scale))",
+        "Scalable-Softmax, arXiv 2501.19399, as Llama 4's attention temperature tuning",
+        declared=(ATTN_SCALE, FLOOR_SCALE), uses_factor=False, attention=True, query_scale=ssmax_query_scale,
     ),
     "rerope": Method(
         "rerope", None, "relative position p -> min(p, w)", "ReRoPE (Su, 2023)",
@@ -600,19 +689,30 @@ class MethodSetting:
     freq: Method
     attention: Method | None
     params: tuple[tuple[str, object], ...]  # sorted (key, value) pairs, hashable
-    logn: bool = False  # a two-branch method that also scales queries by log-n (``rerope+logn``)
+    # a log-n family member (``logn``, ``ssmax``) a two-branch method also takes (``rerope+logn``)
+    scaler: Method | None = None
     label: str = ""  # how tables, plots and rows name it; default: name(non-default params)
 
     def __post_init__(self) -> None:
         if not self.label:
             object.__setattr__(self, "label", default_label(self.name, self.params, self.defaults()))
 
+    @property
+    def parts(self) -> tuple[Method, ...]:
+        """The registry entries it is made of: frequency method, attention method, stacked scaler."""
+        return tuple(m for m in (self.freq, self.attention, self.scaler) if m is not None)
+
+    @property
+    def logn(self) -> bool:
+        """A two-branch method that also scales queries by log-n (``rerope+logn``)."""
+        return self.scaler is not None and self.scaler.name == "logn"
+
     def defaults(self) -> dict:
-        return {**self.freq.params, **(self.attention.params if self.attention else {})}
+        return {k: v for m in self.parts for k, v in m.params.items()}
 
     def declarations(self) -> dict[str, Param]:
         """``{name: Param}`` of every parameter its parts declare."""
-        return {p.name: p for m in (self.freq, self.attention) if m is not None for p in m.declared}
+        return {p.name: p for m in self.parts for p in m.declared}
 
     @property
     def param_dict(self) -> dict:
@@ -636,9 +736,17 @@ class MethodSetting:
         return self.dynamic
 
     @property
+    def query_scaler(self) -> Method | None:
+        """The log-n family member that scales queries (``logn``, ``ssmax``), alone or stacked on a
+        two-branch method; None when queries are left as they are."""
+        if self.scaler is not None:
+            return self.scaler
+        return self.attention if self.attention is not None and self.attention.query_scale is not None else None
+
+    @property
     def scales_queries(self) -> bool:
-        """Queries past ``L`` are multiplied by ``log_L(m)`` (``logn`` alone or with a two-branch method)."""
-        return self.logn or (self.attention is not None and self.attention.name == "logn")
+        """Queries are multiplied by a factor of their position (``logn``, ``ssmax``, alone or with a two-branch method)."""
+        return self.query_scaler is not None
 
     def params_json(self) -> str:
         return json.dumps(self.param_dict, sort_keys=True)
@@ -648,6 +756,11 @@ class MethodSetting:
 
     def attention_params(self) -> dict:
         return {k: v for k, v in self.params if self.attention is not None and k in self.attention.params}
+
+    def scaler_params(self) -> dict:
+        """The parameters of :attr:`query_scaler` (``attn_scale``, ``floor_scale`` for ``ssmax``)."""
+        scaler = self.query_scaler
+        return {k: v for k, v in self.params if scaler is not None and k in scaler.params}
 
 
 def format_value(value) -> str:
@@ -697,7 +810,7 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None, *, 
     method without running it. Raises :class:`UserError` for unknown names, unknown parameters,
     bad values and combinations other than one frequency method plus one attention-level
     method, where a two-branch method (``rerope``, ``leaky-rerope``, ``self-extend``) may also
-    take ``logn``: ``ntk+rerope+logn``.
+    take one query scale of the log-n family (``logn``, ``ssmax``): ``ntk+rerope+logn``.
     """
     params = dict(params or {})
     parts = [_canonical(p) for p in str(spec).split("+") if p.strip()]
@@ -705,15 +818,17 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None, *, 
         raise UserError("empty method name", f"choose one of: {', '.join(METHODS)}")
     freqs = [p for p in parts if not METHODS[p].attention]
     attns = [p for p in parts if METHODS[p].attention]
-    logn = len(attns) == 2 and "logn" in attns and any(a in TWO_BRANCH for a in attns)
-    if logn:
-        attns = [a for a in attns if a != "logn"]
+    scalers = [a for a in attns if METHODS[a].query_scale is not None]
+    scaler = None
+    if len(attns) == 2 and len(scalers) == 1 and any(a in TWO_BRANCH for a in attns):
+        scaler = METHODS[scalers[0]]
+        attns = [a for a in attns if a != scaler.name]
     if len(freqs) > 1 or len(attns) > 1:
         raise UserError(f"cannot combine '{spec}'", combinations_hint())
     freq = METHODS[freqs[0]] if freqs else METHODS["none"]
     attention = METHODS[attns[0]] if attns else None
-    owner = {p.name: m.name for m in (freq, attention) if m is not None for p in m.declared}
-    declared = {p.name: p for m in (freq, attention) if m is not None for p in m.declared}
+    owner = {p.name: m.name for m in (freq, attention, scaler) if m is not None for p in m.declared}
+    declared = {p.name: p for m in (freq, attention, scaler) if m is not None for p in m.declared}
     for key in params:
         if key not in declared:
             guess = closest(key, declared)
@@ -728,9 +843,9 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None, *, 
     merged = {k: tuple(v) if isinstance(v, list) else v for k, v in merged.items()}
     parts = [freq.name] if attention is None or freq.name != "none" else []
     parts += [attention.name] if attention is not None else []
-    parts += ["logn"] if logn else []
-    return MethodSetting(name="+".join(parts), freq=freq, attention=attention, params=tuple(sorted(merged.items())), logn=logn,
-                         label=label or "")  # fmt: skip
+    parts += [scaler.name] if scaler is not None else []
+    return MethodSetting(name="+".join(parts), freq=freq, attention=attention, params=tuple(sorted(merged.items())),
+                         scaler=scaler, label=label or "")  # fmt: skip
 
 
 def _check_rules(declared: dict[str, Param], values: dict, owner: dict[str, str], runnable: bool) -> None:
@@ -756,9 +871,10 @@ def combinations_hint() -> str:
     freq_names = ", ".join(n for n, m in METHODS.items() if not m.attention)
     attn_names = ", ".join(n for n, m in METHODS.items() if m.attention)
     with_logn = ", ".join(f"{n}+logn" for n in TWO_BRANCH)
+    scalers = " or ".join(n for n, m in METHODS.items() if m.query_scale is not None)
     return (
         f"combine at most one frequency method ({freq_names}) with one attention method ({attn_names}); "
-        f"a two-branch method also takes logn ({with_logn}); e.g. ntk+logn, yarn+rerope, ntk+rerope+logn"
+        f"a two-branch method also takes {scalers} ({with_logn}); e.g. ntk+logn, yarn+rerope, ntk+rerope+logn"
     )
 
 
@@ -795,6 +911,16 @@ def frequencies(
         )
     inv_freq, scale = setting.freq.fn(geom, float(factor), int(seq_len), xp=xp, **setting.freq_params())
     return xp.astype(inv_freq, xp.float32), float(scale)
+
+
+def query_scale(setting: MethodSetting, geom: RopeGeometry, positions: Array, xp=None) -> Array:
+    """The factor multiplying the query at each 0-based position (float32): its log-n family
+    member's (``logn``, ``ssmax``; :attr:`MethodSetting.query_scaler`), or 1 where it has none."""
+    xp = xp or torch_namespace()
+    scaler = setting.query_scaler
+    if scaler is None:
+        return xp.ones_like(xp.astype(positions, xp.float32))
+    return scaler.query_scale(positions, geom.trained_len, xp=xp, **setting.scaler_params())
 
 
 BASELINES = ("none", "native")  # what applies to a model without RoPE

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 from torch import nn
@@ -24,7 +25,7 @@ from .attention import NAME as ATTENTION_NAME
 from .attention import AttentionPlan
 from .errors import UserError
 from .geometry import RopeGeometry
-from .methods import MethodSetting, check_applicable, effective_params, frequencies
+from .methods import MethodSetting, check_applicable, effective_params, frequencies, query_scale
 
 
 def rotary_modules(model: nn.Module) -> list[nn.Module]:
@@ -91,7 +92,7 @@ def applied(
                 window=int(params.get("window") or 0),
                 k=float(params.get("k") or 1.0),
                 group=int(params.get("group") or 1),
-                logn=setting.logn,
+                query_scale=partial(query_scale, setting, geom) if setting.scales_queries else None,
             )
             for module in attention_modules(model):
                 module._ctxbench_plan = plan

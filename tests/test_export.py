@@ -28,6 +28,7 @@ ROUND_TRIP = [
     ("none", None), ("linear", None), ("ntk", None), ("theta", {"theta": 5e5}), ("dynamic-ntk", None), ("yarn", None),
     ("yarn", {"beta_fast": 16, "beta_slow": 2, "truncate": False}), ("yarn", {"attention_factor": 1.3}),
     ("llama3", {"low_freq_factor": 2.0, "high_freq_factor": 8.0}), ("longrope", {"factors": LONG}),
+    ("ntk-alpha", {"scaling_alpha": 50.0}),
 ]  # fmt: skip
 
 
@@ -133,7 +134,7 @@ def ggml_rope(flags: list[str], n_dims: int) -> tuple[np.ndarray, float]:
 
 
 @pytest.mark.parametrize("method,params", [("none", None), ("linear", None), ("ntk", None), ("theta", {"theta": 5e5}),
-                                           ("yarn", None), ("yarn", {"beta_fast": 16, "beta_slow": 2}),
+                                           ("ntk-alpha", {"scaling_alpha": 50.0}), ("yarn", None), ("yarn", {"beta_fast": 16, "beta_slow": 2}),
                                            ("yarn", {"attention_factor": 1.3})])  # fmt: skip
 @pytest.mark.parametrize("d,base,L,s", [(128, 1e4, 4096, 4.0), (64, 5e5, 8192, 16.0), (80, 1e5, 2048, 2.5)])
 def test_llamacpp_flags_give_ctxbenchs_frequencies_and_scale(method, params, d, base, L, s):
@@ -149,20 +150,21 @@ def test_llamacpp_flags_give_ctxbenchs_frequencies_and_scale(method, params, d, 
 
 
 @pytest.mark.parametrize("engine", ["transformers", "vllm", "llamacpp"])
-@pytest.mark.parametrize("method", [n for n in METHODS if n not in ("theta",)] + ["ntk+logn", "yarn+rerope", "rerope+logn"])
+@pytest.mark.parametrize("method", list(METHODS) + ["ntk+logn", "yarn+rerope", "rerope+logn", "yarn+ssmax", "rerope+ssmax"])
 def test_a_method_an_engine_lacks_is_one_user_error_naming_what_it_supports(engine, method, tmp_path):
     setting = resolve(method)
+    params = {p.name: p.example for p in setting.declarations().values() if p.required}  # theta, ntk-mixed, ntk-alpha
     supported = setting.attention is None and method in SUPPORTED[engine]
     if supported and method in ("native", "longrope"):
         return  # need a model with its own scaling / factors: covered above
     if supported:
-        export(method, FACTOR, engine, **GEOM)
+        export(method, FACTOR, engine, params=params, **GEOM)
         return
     with pytest.raises(UserError, match=re.escape(f"{engine} cannot express method '{setting.name}'")) as info:
-        export(method, FACTOR, engine, **GEOM)
+        export(method, FACTOR, engine, params=params, **GEOM)
     assert f"{engine} supports: {', '.join(SUPPORTED[engine])}" in info.value.fix
     assert "json" in info.value.fix
-    json.loads(export(method, FACTOR, "json", **GEOM))  # ctxbench's own description takes any method
+    json.loads(export(method, FACTOR, "json", params=params, **GEOM))  # ctxbench's own description takes any method
 
 
 @pytest.mark.parametrize("kwargs,words", [

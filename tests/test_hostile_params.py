@@ -154,6 +154,23 @@ PARAM_CASES = [
     ("theta", ["theta=true"], ["theta parameter theta", "true is not a number"]),
     ("theta", ["theta="], ["theta parameter theta", "'' is empty"]),
     ("theta", ["theta=auto"], ["theta parameter theta", "'auto' is not a number"]),
+    # ntk-mixed: mixed_b required, > 0
+    ("ntk-mixed", [], ["method 'ntk-mixed' needs parameter mixed_b", "a number > 0"]),
+    ("ntk-mixed", ["mixed_b=0"], ["ntk-mixed parameter mixed_b", "0 must be > 0"]),
+    ("ntk-mixed", ["mixed_b=abc"], ["ntk-mixed parameter mixed_b", "'abc' is not a number"]),
+    ("ntk-mixed", ["mixed_b=NaN"], ["ntk-mixed parameter mixed_b", "nan is not a finite number"]),
+    # ntk-alpha: scaling_alpha required, >= 1
+    ("ntk-alpha", [], ["method 'ntk-alpha' needs parameter scaling_alpha", "a number >= 1"]),
+    ("ntk-alpha", ["scaling_alpha=0.5"], ["ntk-alpha parameter scaling_alpha", "0.5 must be >= 1"]),
+    ("ntk-alpha", ["scaling_alpha=true"], ["ntk-alpha parameter scaling_alpha", "true is not a number"]),
+    ("ntk-alpha", ["alpha=1000"], ["unknown parameter 'alpha' for method 'ntk-alpha'", "scaling_alpha"]),
+    # ssmax: attn_scale >= 0, floor_scale a length >= 1
+    ("ssmax", ["attn_scale=-0.1"], ["ssmax parameter attn_scale", "-0.1 must be >= 0"]),
+    ("ssmax", ["attn_scale=abc"], ["ssmax parameter attn_scale", "'abc' is not a number"]),
+    ("ssmax", ["floor_scale=0"], ["ssmax parameter floor_scale", "0 must be >= 1"]),
+    ("ssmax", ["floor_scale=2.5"], ["ssmax parameter floor_scale", "2.5 is not a whole number"]),
+    ("yarn+ssmax", ["floor_scale=abc"], ["ssmax parameter floor_scale", "'abc' is not a length"]),
+    ("rerope+ssmax", ["attn_scale=Infinity"], ["ssmax parameter attn_scale", "inf is not a finite number"]),
     # rerope: window a length >= 1
     ("rerope", ["window=0"], ["rerope parameter window", "0 must be >= 1", "a length in tokens"]),
     ("rerope", ["window=-5"], ["rerope parameter window", "-5 must be >= 1"]),
