@@ -328,7 +328,8 @@ def paired_retrieval(base_rows: Sequence[dict], new_rows: Sequence[dict], *, rep
     ``delta`` is the mean score of NEW minus BASE over the matched trials (pooled over the depths
     and lengths given), with a ``level`` percentile paired bootstrap over trials. The test is the
     exact McNemar test when every score is 0 or 1, else (RULER's fractional string_match_all) the
-    sign-flip permutation test on the per-trial differences. ``right_to_wrong`` and
+    sign-flip permutation test on the per-trial differences. Where one method holds more trials
+    than the other (and every trial of the other), they pair on the shared ones. ``right_to_wrong`` and
     ``wrong_to_right`` name the discordant trials. Raises :class:`UserError` when the two
     methods' trials differ.
     """
@@ -343,6 +344,11 @@ def paired_retrieval(base_rows: Sequence[dict], new_rows: Sequence[dict], *, rep
     if not base or not new:
         missing = _who(base_rows) if not base else _who(new_rows)
         raise UserError(f"{missing} has no per-trial rows ({' or '.join(TRIAL_METRICS)})", "pass the rows of a retrieval cell (trial=<i>)")
+    if set(base) < set(new) or set(new) < set(base):
+        # one cell holds more trials (``--trials auto`` gave it more batches): trial t is the same
+        # prompt in both, so they pair on the trials both hold
+        base = {k: v for k, v in base.items() if k in new}
+        new = {k: v for k, v in new.items() if k in base}
     _same_units(base, new, "trials", base_rows, new_rows, _trial_text)
     keys = sorted(base, key=lambda k: (k[0], -1.0 if k[1] is None else k[1], k[2]))
     b = np.array([base[k] for k in keys])

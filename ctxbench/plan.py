@@ -23,6 +23,7 @@ class JobPlan:
     seconds: float
     rows: tuple  # (what, cells, tokens, seconds) per method entry
     trials: int | None = None  # trials per accuracy cell (None: the task does not count trials)
+    auto: bool = False  # --trials auto: ``trials`` is the most a cell can run, and the plan counts them all
     flops: float = 0.0  # of every forward and decoding step of the job
     decode_flops: float = 0.0  # the decoding steps' share of ``flops``
 
@@ -74,8 +75,11 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
             rows.append((item.what, item.cells, item.tokens, seconds))
             total_flops, total_decode = total_flops + forward + decode, total_decode + decode
         trials = getattr(job.settings, "trials", None) if job.task.fraction else None  # a fraction of trials: its interval
+        auto = trials == "auto"
+        if auto:  # the most it can take
+            trials = job.settings.max_trials
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
-                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials, total_flops, total_decode))  # fmt: skip
+                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials, total_flops, total_decode, auto))  # fmt: skip
     return Plan(model, tuple(out), basis, rate is not None, measured)
 
 
@@ -105,7 +109,9 @@ def print_plan(console, plan: Plan, out=None) -> None:
             f"[bold]plan[/] {j.task}: {j.cells} cell(s), {j.forwards} forward(s), {j.tokens:,} tokens through the model, "
             f"{when} (rough: {plan.basis})"
         )
-        if j.trials:
+        if j.auto:
+            console.print(f"  [dim]--trials auto: batches of 10 until decided, at most {j.trials} trials per cell (the most it can cost, as above)[/]")
+        elif j.trials:
             console.print(f"  [dim]{interval_note(j.trials)}[/]")
     if plan.timed and plan.seconds > LONG_RUN:
         console.print(

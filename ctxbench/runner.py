@@ -170,8 +170,14 @@ def execute(
     try:
         with TokenProgress(show, lm.model) as progress:
             for i, job in enumerate(jobs):
-                part = run_task(lm, job, results, seed=seed, run_id=run_id, shard=(w.rank, w.size) if w.active else None,
-                                progress=progress, planned_tokens=plan.jobs[i].tokens, ctx=contexts[i])  # fmt: skip
+                kw = dict(seed=seed, run_id=run_id, shard=(w.rank, w.size) if w.active else None, progress=progress,
+                          planned_tokens=plan.jobs[i].tokens, ctx=contexts[i])  # fmt: skip
+                if getattr(job.settings, "trials", None) == "auto":  # batches until the paired comparisons are decided
+                    from .adaptive import run_adaptive
+
+                    part = run_adaptive(run_task, lm, job, results, **kw)
+                else:
+                    part = run_task(lm, job, results, **kw)
                 outcome.records += part.records
                 outcome.ran, outcome.skipped, outcome.failed = outcome.ran + part.ran, outcome.skipped + part.skipped, outcome.failed + part.failed
                 outcome.notes += [n for n in part.notes if n not in outcome.notes]
@@ -256,10 +262,12 @@ def run_task(
     progress=None,
     planned_tokens: int = 0,
     ctx=None,
+    select=None,
 ) -> Outcome:
     """Run every cell of ``job``'s grid that ``results`` does not hold yet.
 
-    ``shard`` ``(rank, world)`` runs only the groups of cells whose index is ``rank`` modulo
+    ``select(cell) -> bool`` runs only the cells it picks (``--trials auto``'s later batches); the
+    others stay as the file holds them. ``shard`` ``(rank, world)`` runs only the groups of cells whose index is ``rank`` modulo
     ``world``. A group that runs out of memory is retried cell by cell with smaller chunks; cells
     that still fail become rows with ``status = oom`` and the grid goes on.
     """
@@ -337,10 +345,13 @@ def run_task(
     # A cell with fewer trials than now asked runs again (its trials are seeded by their index, so
     # the old ones come out the same and the new rows replace the old); one with more is kept.
     wanted = getattr(settings, "trials", None) or 0
-    short = {keys[c] for c in grid if 0 < done.get(keys[c], wanted) < wanted}
-    todo_groups = [[c for c in g if keys[c] not in done or keys[c] in short] for g in groups]
+    chosen = set(grid) if select is None else {c for c in grid if select(c)}
+    short = {keys[c] for c in chosen if 0 < done.get(keys[c], wanted) < wanted}
+    todo_groups = [[c for c in g if c in chosen and (keys[c] not in done or keys[c] in short)] for g in groups]
+    # the trials the file holds for a cell that now asks for more are reused: only the missing ones run
+    ctx.kept = _kept_trials(results.records, {keys[c]: c for c in chosen if keys[c] in short}) if short else {}
     if short:
-        notes.append(f"{len(short)} cell(s) in the results file hold fewer than --trials {wanted} trials: run again with {wanted}")
+        notes.append(f"{len(short)} cell(s) in the results file hold fewer than --trials {wanted} trials: their missing trials run now")
     todo_groups = [g for g in todo_groups if g]
     todo = sum(len(g) for g in todo_groups)
     outcome = Outcome(records=[], run_id=run_id, skipped=len(grid) - todo, notes=notes)
@@ -371,6 +382,30 @@ def run_task(
     keys = {key_of(c) for c in grid}
     outcome.records = [r for r in results.records if cell_key(r) in keys]
     return outcome
+
+
+CELL_EXTRA = ("trained_len", "cell_rows", "factors", "rank")  # what rows_for adds to every row of a cell
+
+
+def _kept_trials(records: list[dict], short: dict) -> dict:
+    """{cell: {trial: Measurement}} of the numbered trial rows the file holds for ``short``
+    ({cell key: cell}): cells that now ask for more trials keep these and run only the rest."""
+    from .results import cell_key
+
+    kept: dict = {}
+    for r in records:
+        cell = short.get(cell_key(r))
+        trial = str(r.get("trial", ""))
+        if cell is None or not trial.isdigit() or r.get("status", "ok") != "ok":
+            continue
+        extra = {k: v for k, v in json.loads(r.get("extra") or "{}").items() if k not in CELL_EXTRA}
+        value = r["value"]
+        kept.setdefault(cell, {})[int(trial)] = Measurement(
+            r["metric"], int(value) if value.lstrip("-").isdigit() else float(value), trial=int(trial), doc=r.get("doc", ""),
+            tokens=int(r["tokens"]) if r.get("tokens") else "", seconds=float(r["seconds"]) if r.get("seconds") else 0.0,
+            answer=r.get("answer", ""), mode=r.get("mode", ""), extra=extra,
+        )  # fmt: skip
+    return kept
 
 
 def _run_with_retry(task: Task, lm, ctx, group, settings, finished):

@@ -274,10 +274,17 @@ def test_different_token_counts_raise():
 
 
 def test_mismatched_trials_raise():
-    base = trial_rows("none", [1, 0, 1])
-    new = trial_rows("yarn", [1, 0], factor=4)
-    with pytest.raises(UserError, match=r"did not see the same trials: 1 only in 'none' \(e.g. trial 2 at length 2048 depth 0.5\)"):
+    base = trial_rows("none", [1, 0, 1]) + trial_rows("none", [1], depth=0.9)
+    new = trial_rows("yarn", [1, 0], factor=4) + trial_rows("yarn", [1, 1], factor=4, depth=0.1)
+    with pytest.raises(UserError, match=r"did not see the same trials: 2 only in 'none' \(e.g. trial 2 at length 2048 depth 0.5\); 2 only in 'yarn' x4"):
         paired_retrieval(base, new)
+
+
+def test_a_cell_with_more_trials_pairs_on_the_trials_both_hold():
+    # --trials auto gives some cells more batches: trial t is the same prompt in both cells
+    more = paired_retrieval(trial_rows("none", [1, 0, 1, 1, 0, 1]), trial_rows("yarn", [0, 0, 1], factor=4))
+    same = paired_retrieval(trial_rows("none", [1, 0, 1]), trial_rows("yarn", [0, 0, 1], factor=4))
+    assert (more.n, more.delta, more.p_value) == (same.n, same.delta, same.p_value) == (3, pytest.approx(-1 / 3), 1.0)
 
 
 def test_different_seeds_raise():
@@ -330,7 +337,7 @@ def test_compare_labels_skips_failed_cells():
 
 
 def test_compare_labels_names_the_cell_on_mismatch():
-    rows = _file() + trial_rows("ntk", [1, 1, 1], method="ntk", factor=2)
+    rows = _file() + trial_rows("ntk", [1, 1, 1], method="ntk", factor=2, depth=0.25)
     with pytest.raises(UserError, match="passkey m length 2048 factor 2: .*'ntk' x2 and 'none' did not see the same trials"):
         compare_labels(rows, "none")
 

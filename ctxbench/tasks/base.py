@@ -117,6 +117,9 @@ class Context:
     # from SQuAD, qa_2 from HotpotQA): each variant's rows name only their own data, so a run of
     # one variant and a run of both resume and compare as the same cells
     variant_data: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # cell -> {trial: Measurement} the results file holds for a cell that now asks for more trials
+    # (set by the runner): those trials are reused, only the missing ones run
+    kept: dict = field(default_factory=dict)
 
     def data_of(self, variant: str) -> tuple[str, str]:
         """(dataset, data_digest) of a cell of ``variant``."""

@@ -75,6 +75,94 @@ def settle_chat(lm, settings):
     return replace(settings, chat=settings.protocol == "ruler" and ships)
 
 
+AUTO = "auto"
+TRIAL_BATCH = 10  # --trials auto adds trials in batches of this many
+
+
+def parse_trials(value) -> int | str:
+    """``--trials N`` or ``--trials auto`` (trials until the paired comparisons are decided)."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    return parse_positive_int(value, "--trials")
+
+
+def trials_options(what: str, default: int = 4) -> list:
+    """The options of a task that counts trials: ``--trials N|auto`` and what bounds ``auto``.
+    None is part of a cell's identity: resume handles the count (a cell holding fewer trials
+    than asked gets the missing ones), and the others only decide how many trials run."""
+    from .base import Option
+
+    return [
+        Option("trials", f"{what} per cell (default {default}); auto: batches of {TRIAL_BATCH} until every paired comparison "
+               "with --baseline (or with the best method at that length) is separated at 5% after Holm or equivalent within "
+               "10 points, up to --max-trials", parse_trials, identity=False),  # fmt: skip
+        Option("max_trials", "with --trials auto: the most trials per cell (default 50)", lambda v: parse_positive_int(v, "--max-trials"),
+               identity=False),  # fmt: skip
+        Option("budget", "with --trials auto: minutes after which no new batch starts (default: none)", _parse_minutes, identity=False),
+        Option("baseline", "with --trials auto: the method label every other is compared with (default: the best at each length)",
+               identity=False),  # fmt: skip
+    ]
+
+
+def _parse_minutes(value) -> float:
+    try:
+        minutes = float(str(value).strip())
+    except ValueError:
+        raise UserError(f"--budget '{value}' is not a number of minutes", "pass e.g. --budget 30") from None
+    if not minutes > 0 or minutes == float("inf"):
+        raise UserError(f"--budget {value} must be a positive number of minutes", "pass e.g. --budget 30")
+    return minutes
+
+
+def check_trials(settings) -> None:
+    """The trial options agree (before any model loads)."""
+    auto = settings.trials == AUTO
+    if not auto and (not isinstance(settings.trials, int) or isinstance(settings.trials, bool) or settings.trials < 1):
+        raise UserError(f"--trials {settings.trials} must be a whole number >= 1 or auto", "pass e.g. --trials 10")
+    for name, flag in (("budget", "--budget"), ("baseline", "--baseline")):
+        if getattr(settings, name) is not None and not auto:
+            raise UserError(f"{flag} bounds --trials auto, and --trials is {settings.trials}", f"add --trials auto, or drop {flag}")
+    if settings.max_trials != 50 and not auto:
+        raise UserError(f"--max-trials bounds --trials auto, and --trials is {settings.trials}", "add --trials auto, or drop --max-trials")
+    if auto and settings.max_trials < TRIAL_BATCH:
+        raise UserError(f"--max-trials {settings.max_trials} is below one batch of {TRIAL_BATCH} trials", f"pass --max-trials {TRIAL_BATCH} or more")
+    if settings.baseline is not None:
+        labels = [m.label for m in settings.methods]
+        if settings.baseline not in labels:
+            from ..errors import unknown
+
+            raise unknown("--baseline label", settings.baseline, labels)
+
+
+def most_trials(settings) -> int:
+    """The trials a cell can run: ``--trials``, or ``--max-trials`` under ``auto`` (plans say the most it can cost)."""
+    return settings.max_trials if settings.trials == AUTO else settings.trials
+
+
+def trial_cells(lm, ctx, prompts_by_cell: dict, max_new_tokens: int, measure, finished=None):
+    """:func:`answer_cells` for the trials a cell does not hold yet: yields ``(cell, [per-trial
+    Measurement, ...])`` in trial order. ``measure(trial, prompt, new_tokens, seconds)`` makes a
+    trial's row; a trial the results file already holds (``ctx.kept[cell][t]``, from a run with
+    fewer trials: trial t's prompt is drawn from t alone, so it would come out the same) is
+    reused, not decoded again, so raising ``--trials`` costs only the new trials."""
+    kept = getattr(ctx, "kept", None) or {}
+    todo, index = {}, {}
+    for cell, prompts in prompts_by_cell.items():
+        ts = [t for t in range(len(prompts)) if t not in kept.get(cell, {})]
+        if ts:
+            todo[cell], index[cell] = [prompts[t] for t in ts], ts
+
+    def whole(cell, new: dict) -> list:
+        return [new[t] if t in new else kept[cell][t] for t in range(len(prompts_by_cell[cell]))]
+
+    for cell in prompts_by_cell:
+        if cell not in todo:
+            yield cell, whole(cell, {})
+    if todo:
+        for cell, answers in answer_cells(lm, todo, max_new_tokens, finished):
+            yield cell, whole(cell, {t: measure(t, p, new, s) for t, (p, new, s) in zip(index[cell], answers, strict=True)})
+
+
 def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> list:
     """A cell's ``accuracy`` (mean per-trial score) with its trial count, and its 95% Wilson
     interval as ``accuracy_lo``/``accuracy_hi`` rows (for fractional scores, RULER's

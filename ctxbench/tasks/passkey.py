@@ -29,12 +29,16 @@ from .base import Cell, Context, CostItem, Measurement, Option, Task
 from .common import (  # noqa: F401  (parse_depths: the name scripts imported from here)
     accuracy_rows,
     answer_cells,
+    check_trials,
     depths_option,
     factors_for,
+    most_trials,
     parse_bool,
     parse_depths,
     parse_positive_int,
     shared_prefix_forwards,
+    trial_cells,
+    trials_options,
 )
 
 NAME = "passkey"
@@ -57,7 +61,10 @@ class Settings:
     factors: tuple[float, ...]
     lengths: tuple[int, ...] | None = None  # None: L/2, L, 2L
     depths: tuple[float, ...] = DEFAULT_DEPTHS
-    trials: int = 4
+    trials: int | str = 4  # or "auto" (the runner then runs batches of int trials)
+    max_trials: int = 50
+    budget: float | None = None
+    baseline: str | None = None
     digits: int = 5
     chat: bool = False
     max_new_tokens: int = 10
@@ -65,8 +72,7 @@ class Settings:
 
 OPTIONS = (
     depths_option("N evenly spaced depths in [0, 1] (e.g. 5), or a comma list of depths (0.1,0.5,0.9); default 5"),
-    # trials: resume reruns a cell holding fewer trials than asked, so the count is not part of the key
-    Option("trials", "trials (random keys) per length and depth (default 4)", lambda v: parse_positive_int(v, "--trials"), identity=False),
+    *trials_options("trials (random keys), per length and depth,"),
     Option("digits", "digits of the pass key (default 5)", lambda v: _digits(v)),  # changes every key: part of the key
     Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True),
 )
@@ -107,8 +113,7 @@ class Prompt:
 
 
 def validate(settings: Settings) -> None:
-    if settings.trials < 1:
-        raise UserError(f"--trials {settings.trials} must be >= 1", "pass e.g. --trials 2")
+    check_trials(settings)
     if not 1 <= settings.digits <= 20:
         raise UserError(f"--digits {settings.digits} must be between 1 and 20", "the protocol uses 5")
     if settings.max_new_tokens < 1:
@@ -248,8 +253,8 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     items = []
     for m in settings.methods:
         for f in factors_for(m, settings.factors):
-            forwards, cached = shared_prefix_forwards(lengths, settings.depths, settings.trials)
-            steps = len(lengths) * len(settings.depths) * settings.trials * settings.max_new_tokens
+            forwards, cached = shared_prefix_forwards(lengths, settings.depths, most_trials(settings))
+            steps = len(lengths) * len(settings.depths) * most_trials(settings) * settings.max_new_tokens
             items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps, cached=cached,
                                   what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     return items
@@ -265,23 +270,14 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
                for t in range(settings.trials)]
         for cell in group
     }  # fmt: skip
-    for cell, answers in answer_cells(lm, prompts, settings.max_new_tokens):
-        yield cell, _rows(tok, answers)
-
-
-def _rows(tok, trials: list) -> list[Measurement]:
-    """One ``correct`` row per trial and the cell's ``accuracy`` with its trial count."""
-    rows: list[Measurement] = []
-    for t, (p, new, seconds) in enumerate(trials):
+    def measure(t, p, new, seconds) -> Measurement:
         text = tok.decode(list(new), skip_special_tokens=True)
-        correct = int(first_integer(text) == p.key)
-        rows.append(
-            Measurement(
-                "correct", correct, trial=t, answer=text.strip(), tokens=len(p.ids), seconds=round(seconds, 4),
-                extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)},
-            )
-        )
-    return rows + accuracy_rows([int(r.value) for r in rows], sum(len(p.ids) for p, _, _ in trials), sum(s for _, _, s in trials))
+        return Measurement("correct", int(first_integer(text) == p.key), trial=t, answer=text.strip(), tokens=len(p.ids),
+                           seconds=round(seconds, 4), extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)})  # fmt: skip
+
+    for cell, rows in trial_cells(lm, ctx, prompts, settings.max_new_tokens, measure):
+        # one ``correct`` row per trial and the cell's ``accuracy`` with its trial count
+        yield cell, rows + accuracy_rows([int(r.value) for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows))
 
 
 def plots(records, directory):

@@ -28,11 +28,13 @@ from .base import Cell, Context, CostItem, Measurement, Option, Task
 from .common import (
     CHAT_HELP,
     accuracy_rows,
-    answer_cells,
+    check_trials,
     factors_for,
+    most_trials,
     parse_chat,
-    parse_positive_int,
     settle_chat,
+    trial_cells,
+    trials_options,
 )
 
 NAMES = ("qa_1", "qa_2")
@@ -44,7 +46,10 @@ class Settings:
     factors: tuple[float, ...]
     lengths: tuple[int, ...] | None = None  # None: L/4, L/2, L, 2L
     variants: tuple[str, ...] = ()  # (): the variants --qa-data names (qa_1 for a bare path)
-    trials: int = 4
+    trials: int | str = 4  # or "auto" (the runner then runs batches of int trials)
+    max_trials: int = 50
+    budget: float | None = None
+    baseline: str | None = None
     chat: bool | None = None  # None: decided by the model (common.settle_chat)
     qa_data: tuple[tuple[str, str], ...] = ()  # ((variant or "", path or hub id), ...)
     protocol: str = "ruler"
@@ -92,9 +97,7 @@ OPTIONS = (
            "split. Required; the parsed data's digest is on every row", _qa_data, metavar="PATH", identity=False),  # fmt: skip
     Option("protocol", "ruler: RULER's length accounting (prompt + 32 generated tokens <= length, whole documents); "
            "the only protocol qa has (default ruler)", _protocol),  # fmt: skip
-    # trials: resume reruns a cell holding fewer trials than asked, so the count is not part of the key
-    Option("trials", "trials per cell: trial t asks the dataset's question t (default 4)", lambda v: parse_positive_int(v, "--trials"),
-           identity=False),  # fmt: skip
+    *trials_options("trials (trial t asks the dataset's question t)"),
     Option("chat", CHAT_HELP, parse_chat, is_flag=True),
 )
 
@@ -128,12 +131,11 @@ def validate(settings: Settings) -> None:
     """Before any model loads: the data is given, reads as its variant's format, has the trials."""
     from ..synthetic.qa import load_qa
 
-    if settings.trials < 1:
-        raise UserError(f"--trials {settings.trials} must be >= 1", "pass e.g. --trials 10")
+    check_trials(settings)
     for variant, spec in specs(settings).items():
         data = load_qa(variant, spec)
-        if settings.trials > len(data.questions):
-            raise UserError(f"--trials {settings.trials} is more than the {len(data.questions)} answerable questions of {data.name} ({variant})",
+        if most_trials(settings) > len(data.questions):
+            raise UserError(f"--trials {most_trials(settings)} is more than the {len(data.questions)} answerable questions of {data.name} ({variant})",
                             f"use --trials {len(data.questions)} or fewer, or the full dataset")  # fmt: skip
 
 
@@ -149,13 +151,13 @@ def prepare(lm, settings: Settings) -> Context:
     for variant, d in data.items():
         # the smallest prompt of a trial: its gold documents alone (seed and length only reorder them)
         need = 0
-        for t in range(settings.trials):
+        for t in range(most_trials(settings)):
             q = d.questions[t]
             text = task_text([d.docs[i] for i in q.gold], q.query) + fr.between + ANSWER_PREFIX
             need = max(need, len(fr.head) + len(encode(lm.tokenizer, text)) + TOKENS_TO_GENERATE)
         short = [n for n in lengths if n < need]
         if short:
-            raise UserError(f"length {short[0]} is too short for qa {variant} (the gold documents of its first {settings.trials} "
+            raise UserError(f"length {short[0]} is too short for qa {variant} (the gold documents of its first {most_trials(settings)} "
                             f"questions and RULER's 32 answer tokens need {need} tokens with this tokenizer)",
                             f"use --len of at least {need}")  # fmt: skip
     def named(variants) -> tuple[str, str]:  # (dataset, data_digest) of these variants' data
@@ -197,9 +199,9 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
         for m in settings.methods:
             for f in factors_for(m, settings.factors):
                 # one forward per trial (only the instruction is shared), then RULER's 32 tokens at most
-                forwards = tuple(max(1, n - TOKENS_TO_GENERATE) for n in lengths for _ in range(settings.trials))
+                forwards = tuple(max(1, n - TOKENS_TO_GENERATE) for n in lengths for _ in range(most_trials(settings)))
                 items.append(CostItem(cells=len(lengths), forwards=forwards, cached=(0,) * len(forwards),
-                                      decode_steps=len(lengths) * settings.trials * TOKENS_TO_GENERATE,
+                                      decode_steps=len(lengths) * most_trials(settings) * TOKENS_TO_GENERATE,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     return items
 
@@ -228,16 +230,16 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
     def finished(p, new) -> bool:  # string_match_part only grows with the output: once 1, stop
         return score(p.metric, tok.decode(new, skip_special_tokens=True), p.answers) >= 1.0
 
-    for cell, answers in answer_cells(lm, prompts, new_tokens, finished):
-        rows = []
-        for trial, (p, new, seconds) in enumerate(answers):
-            text = tok.decode(list(new), skip_special_tokens=True)
-            rows.append(Measurement("score", score(p.metric, text, p.answers), trial=trial, answer=text.strip(), tokens=len(p.ids),
-                                    seconds=round(seconds, 4),
-                                    extra={"answers": list(p.answers), "docs": p.extra["docs"], "gold_docs": p.extra["gold_docs"],
-                                           "question": p.extra["question"], "needle_pos": list(p.needle_positions), "metric": p.metric}))  # fmt: skip
-        yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(s for _, _, s in answers),
-                                         metric=answers[0][0].metric)  # fmt: skip
+    def measure(trial, p, new, seconds) -> Measurement:
+        text = tok.decode(list(new), skip_special_tokens=True)
+        return Measurement("score", score(p.metric, text, p.answers), trial=trial, answer=text.strip(), tokens=len(p.ids),
+                           seconds=round(seconds, 4),
+                           extra={"answers": list(p.answers), "docs": p.extra["docs"], "gold_docs": p.extra["gold_docs"],
+                                  "question": p.extra["question"], "needle_pos": list(p.needle_positions), "metric": p.metric})  # fmt: skip
+
+    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished):
+        yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows),
+                                         metric=prompts[cell][0].metric)  # fmt: skip
 
 
 TASK = Task(

@@ -33,13 +33,15 @@ from .base import Cell, Context, CostItem, Measurement, Option, Task
 from .common import (
     CHAT_HELP,
     accuracy_rows,
-    answer_cells,
+    check_trials,
     depths_option,
     factors_for,
+    most_trials,
     parse_chat,
-    parse_positive_int,
     settle_chat,
     shared_prefix_forwards,
+    trial_cells,
+    trials_options,
 )
 
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -52,7 +54,10 @@ class Settings:
     lengths: tuple[int, ...] | None = None  # None: L/4, L/2, L, 2L
     variants: tuple[str, ...] = ()
     depths: tuple[float, ...] | None = None  # None: DEFAULT_DEPTHS under exact, RULER's random ones under ruler
-    trials: int = 4
+    trials: int | str = 4  # or "auto" (the runner then runs batches of int trials)
+    max_trials: int = 50
+    budget: float | None = None
+    baseline: str | None = None
     chat: bool | None = None  # None: decided by the model (common.settle_chat)
     haystack: str | None = None
     protocol: str = "ruler"
@@ -113,8 +118,7 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
     if has_depth:
         options.append(depths_option("with --protocol exact: N evenly spaced needle depths in [0, 1], or a comma list "
                                      "(default 0.1,0.3,0.5,0.7,0.9)"))  # fmt: skip
-    # trials: resume reruns a cell holding fewer trials than asked, so the count is not part of the key
-    options.append(Option("trials", "trials (random needles) per cell (default 4)", lambda v: parse_positive_int(v, "--trials"), identity=False))
+    options += trials_options("trials (random needles)")
     options.append(Option("chat", CHAT_HELP, parse_chat, is_flag=True))
     if has_haystack:  # the haystack's text digest is part of data_digest (a path says nothing of its content)
         options.append(Option("haystack", "essay haystack: a .txt/.md file, a directory of them, or RULER's PaulGrahamEssays.json (default: the running Python's pydoc prose)", _haystack,
@@ -135,8 +139,7 @@ def legacy_options(record: dict) -> dict:
 
 
 def validate(settings: Settings) -> None:
-    if settings.trials < 1:
-        raise UserError(f"--trials {settings.trials} must be >= 1", "pass e.g. --trials 10")
+    check_trials(settings)
     if settings.protocol == "ruler" and settings.depths is not None:
         raise UserError("--depths places needles under --protocol exact; RULER's protocol draws every needle's place at random",
                         "add --protocol exact for a depth-by-length grid, or drop --depths")  # fmt: skip
@@ -207,9 +210,9 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
     for _ in _variants(spec, settings):
         for m in settings.methods:
             for f in factors_for(m, settings.factors):
-                forwards, cached = shared_prefix_forwards(lengths, depths, settings.trials)
+                forwards, cached = shared_prefix_forwards(lengths, depths, most_trials(settings))
                 items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards, cached=cached,
-                                      decode_steps=len(lengths) * len(depths) * settings.trials * steps,
+                                      decode_steps=len(lengths) * len(depths) * most_trials(settings) * steps,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     return items
 
@@ -231,15 +234,14 @@ def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> 
         # trial scores 1 the remaining tokens of its budget cannot change its score, so stop there.
         return score(p.metric, tok.decode(new, skip_special_tokens=True), p.answers) >= 1.0
 
-    for cell, answers in answer_cells(lm, prompts, new_tokens, finished):
-        rows = []
-        for trial, (p, new, seconds) in enumerate(answers):
-            text = tok.decode(list(new), skip_special_tokens=True)
-            rows.append(Measurement("score", score(p.metric, text, p.answers), trial=trial, answer=text.strip(), tokens=len(p.ids),
-                                    seconds=round(seconds, 4),
-                                    extra={"answers": list(p.answers), "needle_pos": list(p.needle_positions), "metric": p.metric}))  # fmt: skip
-        yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(s for _, _, s in answers),
-                                         metric=answers[0][0].metric)  # fmt: skip
+    def measure(trial, p, new, seconds) -> Measurement:
+        text = tok.decode(list(new), skip_special_tokens=True)
+        return Measurement("score", score(p.metric, text, p.answers), trial=trial, answer=text.strip(), tokens=len(p.ids),
+                           seconds=round(seconds, 4), extra={"answers": list(p.answers), "needle_pos": list(p.needle_positions), "metric": p.metric})  # fmt: skip
+
+    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished):
+        yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows),
+                                         metric=prompts[cell][0].metric)  # fmt: skip
 
 
 def plots(name, records, directory):
