@@ -46,6 +46,16 @@ def tiny_llama(rope_parameters: dict | None = None, seed: int = 0, **overrides) 
     return LlamaForCausalLM(config).eval()
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matmuls are much slower with 2 threads on a shared 2-core box: one thread for a
+    module's tests (``pytestmark = pytest.mark.usefixtures("one_thread")``), restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def tokenizer():
     return byte_tokenizer()

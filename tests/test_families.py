@@ -45,12 +45,7 @@ FAMILIES = {
 ROTARY = {"qwen3": (16, 16), "mistral": (16, 16), "phi3": (32, 16), "stablelm": (32, 8), "gemma": (16, 16), "olmo": (16, 16)}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny matmuls on one thread
 
 
 def build(family: str, rope: dict | None = None, max_pos: int = TRAINED):

@@ -211,13 +211,7 @@ REFERENCE: dict = {}
 AttentionInterface.register("llama4-ssmax-reference", _reference_attention)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls are much slower with 2 threads on a shared 2-core box; restore afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny matmuls on one thread
 
 
 def tiny_llama(rope: dict | None = None) -> LlamaForCausalLM:

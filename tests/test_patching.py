@@ -44,13 +44,7 @@ VOCAB = 258
 INIT = 0.1  # weights large enough that positions change the logits by O(1), so 1e-5 means something
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls are ~50x slower with 2 threads on a shared 2-core box; restore afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny matmuls on one thread
 
 
 def _finish(model_cls, cfg):
