@@ -79,7 +79,8 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
         if auto:  # the most it can take
             trials = job.settings.max_trials
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
-                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials, total_flops, total_decode, auto))  # fmt: skip
+                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials=trials, auto=auto,
+                           flops=total_flops, decode_flops=total_decode))  # fmt: skip
     return Plan(model, tuple(out), basis, rate is not None, measured)
 
 

@@ -143,3 +143,5 @@ def test_the_plan_of_auto_counts_the_most_trials():
     auto = plan_table([Job(get("niah"), _niah(("none", "yarn"), trials="auto", max_trials=30))], "smollm2-135m", 8192)
     fixed = plan_table([Job(get("niah"), _niah(("none", "yarn"), trials=30))], "smollm2-135m", 8192)
     assert auto.jobs[0].tokens == fixed.jobs[0].tokens > 0 and auto.jobs[0].trials == 30
+    assert auto.jobs[0].auto and not fixed.jobs[0].auto
+    assert auto.jobs[0].flops == fixed.jobs[0].flops > auto.jobs[0].decode_flops > 0
