@@ -8,8 +8,11 @@ frequent after the dots. No example is given (RULER's ``add_fewshot`` defaults t
 
 Length: ``N`` is the largest whose text fits in the tokens left. ``ruler`` protocol
 (``ruler=True``): the tokens left keep RULER's generation budget (50 tokens) free, and the
-vocabulary is ``(length - 50) // 50`` as RULER sizes it from the budget-reduced length (RULER
-finds ``N`` in steps of 1/32 of the length; the largest ``N`` is what those steps approach).
+vocabulary is ``(length - 50) // 50`` as RULER sizes it from the budget-reduced length. RULER
+grows ``N`` from ``(L - 50) // 6`` in steps of ``(L - 50) // 32`` while the prompt stays under
+``L - 50`` and keeps the last step below, one ``N`` for all samples, so its prompts end up to a
+step (and, with a new vocabulary per sample, more) short of the largest fit that ctxbench takes
+(side by side at 4096: RULER 3453-3936 tokens, ctxbench 4039-4046).
 ``exact``: the few tokens still missing are filled with more "..." (the noise word the question
 says to ignore), cut at the exact count.
 """
