@@ -116,8 +116,9 @@ def nearest(bounds: list[int], target: float) -> int:
 
 def after(rng: random.Random, bounds: list[int], first: int, count: int) -> list[int]:
     """``count`` sorted boundaries after ``first``: distinct and strictly after it when there are
-    enough, else drawn with repeats from those at or after it (RULER spreads chain lines and
-    needles over random, distinct positions)."""
+    enough, else drawn with repeats from those at or after it. The ``exact`` protocol's placement
+    of the later needles and chain lines; RULER, and the ``ruler`` protocol, spread them over
+    random, distinct positions anywhere in the haystack instead."""
     later = [b for b in bounds if b > first]
     if len(later) >= count:
         return sorted(rng.sample(later, count))
