@@ -138,7 +138,8 @@ def complete_options(record: dict, tasks: dict | None, seen: dict) -> str:
     options = seen[text]
     if options is None:
         return text
-    missing = [o.name for o in task.options if o.identity and o.name not in options]
+    # (an omit_default option is absent exactly when it is at its default: nothing is missing)
+    missing = [o.name for o in task.options if o.identity and not o.omit_default and o.name not in options]
     if not missing:
         return text
     before = task.legacy_options(record) if task.legacy_options else task.default_identity()

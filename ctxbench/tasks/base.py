@@ -46,6 +46,10 @@ class Option:
     trials runs again), when the task's ``data_digest`` covers it (ppl hashes the documents it
     picked and the BOS choice), or when it provably cannot change a number.
 
+    ``omit_default``: an identity option that enters the ``options`` JSON only when its value
+    differs from the settings' default, so an option added after files were written (``--metrics``)
+    leaves the identity of every default run as it was; a row without it reads as the default.
+
     ``aliases``: older spellings of the flag (``--depth``), accepted but hidden from ``--help``,
     with a deprecation note on stderr: a renamed option keeps its old spelling for a release.
     """
@@ -59,6 +63,7 @@ class Option:
     identity: bool = True
     aliases: tuple[str, ...] = ()
     alias_parse: Callable[[Any], Any] | None = None  # how an alias reads its value, where that differs
+    omit_default: bool = False  # identity only when not at its default (absent from ``options`` otherwise)
 
     @property
     def cli_flag(self) -> str:
@@ -182,13 +187,19 @@ class Task:
         return {f.name for f in dataclasses.fields(self.settings)}
 
     def identity(self, settings) -> dict:
-        """The values of the options that are part of a cell's identity (JSON-ready, by name)."""
-        return {o.name: _plain(getattr(settings, o.name)) for o in self.options if o.identity}
+        """The values of the options that are part of a cell's identity (JSON-ready, by name); an
+        ``omit_default`` option only when it is not at its default."""
+        defaults = self._defaults()
+        return {o.name: _plain(getattr(settings, o.name)) for o in self.options
+                if o.identity and not (o.omit_default and getattr(settings, o.name) == defaults.get(o.name))}  # fmt: skip
 
     def default_identity(self) -> dict:
         """:meth:`identity` of the settings' defaults (what a row without an ``options`` column used)."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self.settings) if f.default is not dataclasses.MISSING}
-        return {o.name: _plain(defaults.get(o.name)) for o in self.options if o.identity}
+        defaults = self._defaults()
+        return {o.name: _plain(defaults.get(o.name)) for o in self.options if o.identity and not o.omit_default}
+
+    def _defaults(self) -> dict:
+        return {f.name: f.default for f in dataclasses.fields(self.settings) if f.default is not dataclasses.MISSING}
 
 
 def _plain(value):
