@@ -49,6 +49,13 @@ def cache_of(out):
 
 
 @dataclass(frozen=True)
+class Scored:
+    index: int  # position of the prompt in the input list
+    nll: torch.Tensor  # (k,) float32 NLL of each continuation token, on the CPU
+    seconds: float  # this prompt's share of the time spent
+
+
+@dataclass(frozen=True)
 class Answer:
     index: int  # position of the prompt in the input list
     tokens: tuple[int, ...]  # the new tokens
@@ -187,4 +194,37 @@ def decode_shared(
                 spent = (time.perf_counter() - t0) / len(chunk)
                 for i, new in zip(chunk, outs, strict=True):
                     yield Answer(i, tuple(new), shared_seconds + spent)
+        del base
+
+
+@torch.inference_mode()
+def score_shared(model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> Iterator[Scored]:
+    """Teacher-forced NLL of ``continuations[i]`` (k_i >= 1 tokens) after ``prompts[i]``, with the
+    prompts' shared prefixes computed once exactly as :func:`decode_shared` computes them (same
+    :func:`plan`); then each prompt's own suffix and its continuation but the last token go through
+    the model in one forward on a copy of the shared cache, and the LM head runs only on the k_i
+    positions that predict the continuation. No decoding. Yields a :class:`Scored` per prompt."""
+    import torch.nn.functional as F
+
+    from .scoring import decoder, head_logits
+
+    device = next(model.parameters()).device
+    body = decoder(model)
+    p = plan(prompts)
+    stream = prompts[p.stream]
+    running, done = None, 0  # KV cache of stream[:done]
+    for s, g, members in p.groups:
+        t0 = time.perf_counter()
+        running = extend(model, stream[done:s], running)
+        done = s
+        base = extend(model, prompts[members[0]][s:g], copy.deepcopy(running))
+        shared_seconds = (time.perf_counter() - t0) / len(members)
+        for i in members:
+            t0 = time.perf_counter()
+            cont = list(continuations[i])
+            ids = torch.tensor([list(prompts[i][g:]) + cont[:-1]], device=device)  # (1, n - g + k - 1)
+            hidden = body(input_ids=ids, **with_cache(body, copy.deepcopy(base)), use_cache=True).last_hidden_state
+            logits = head_logits(model, hidden[:, -len(cont) :])[0]  # (k, vocab)
+            nll = F.cross_entropy(logits, torch.tensor(cont, device=device), reduction="none").cpu()
+            yield Scored(i, nll, shared_seconds + time.perf_counter() - t0)
         del base

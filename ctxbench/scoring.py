@@ -30,15 +30,19 @@ def head_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def token_nll(model: torch.nn.Module, ids: torch.Tensor, first_target: int = 1, chunk: int = 1024) -> torch.Tensor:
-    """NLL of ``ids[first_target:]`` given everything before it, in one forward over ``ids``.
-
-    ids: (n,) token ids. Returns (n - first_target,) float32 NLLs in nats.
-    """
+def final_hidden(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The decoder's last hidden states of ``ids`` (n,): (1, n, hidden), on the model's device."""
     device = next(model.parameters()).device
     ids = ids.to(device=device, dtype=torch.long)[None]  # (1, n)
-    hidden = decoder(model)(input_ids=ids, use_cache=False).last_hidden_state  # (1, n, hidden)
-    targets = ids[0, first_target:]  # (m,)
+    return decoder(model)(input_ids=ids, use_cache=False).last_hidden_state  # (1, n, hidden)
+
+
+@torch.inference_mode()
+def nll_from_hidden(model: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tensor, first_target: int = 1, chunk: int = 1024) -> torch.Tensor:
+    """NLL of ``ids[first_target:]`` from the hidden states ``hidden`` (1, n, hidden) of ``ids`` (n,),
+    the LM head applied ``chunk`` positions at a time. Returns (n - first_target,) float32 nats."""
+    device = hidden.device
+    targets = ids.to(device=device, dtype=torch.long)[first_target:]  # (m,)
     out = torch.empty(targets.shape[0], dtype=torch.float32, device=device)
     m = targets.shape[0]
     for a in range(0, m, chunk):
@@ -47,6 +51,35 @@ def token_nll(model: torch.nn.Module, ids: torch.Tensor, first_target: int = 1, 
         logits = head_logits(model, h)[0]  # (c, vocab) — the only vocab-sized tensor
         out[a : a + c] = F.cross_entropy(logits, targets[a : a + c], reduction="none")
     return out.cpu()
+
+
+@torch.inference_mode()
+def token_nll(model: torch.nn.Module, ids: torch.Tensor, first_target: int = 1, chunk: int = 1024) -> torch.Tensor:
+    """NLL of ``ids[first_target:]`` given everything before it, in one forward over ``ids``.
+
+    ids: (n,) token ids. Returns (n - first_target,) float32 NLLs in nats.
+    """
+    return nll_from_hidden(model, final_hidden(model, ids), ids, first_target, chunk)
+
+
+@torch.inference_mode()
+def kl_from_hidden(model: torch.nn.Module, ref_hidden: torch.Tensor, hidden: torch.Tensor, chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per position ``t`` of two runs' hidden states (1, m, hidden) each: ``KL(P_ref,t || P_t) =
+    sum_v P_ref,t(v) (log P_ref,t(v) - log P_t(v))`` in nats (llama.cpp's ``--kl-divergence``, with
+    the reference as its base model), and whether the two distributions' top tokens agree. The LM
+    head runs ``chunk`` positions at a time, so at most two (chunk, vocab) fp32 tensors exist.
+
+    Returns ((m,) float32 KL, (m,) bool same top token), on the CPU.
+    """
+    m = hidden.shape[1]
+    kl = torch.empty(m, dtype=torch.float32)
+    same = torch.empty(m, dtype=torch.bool)
+    for a in range(0, m, chunk):
+        ref = torch.log_softmax(head_logits(model, ref_hidden[:, a : a + chunk].to(hidden.device))[0], dim=-1)  # (c, vocab)
+        new = torch.log_softmax(head_logits(model, hidden[:, a : a + chunk])[0], dim=-1)  # (c, vocab)
+        kl[a : a + chunk] = (ref.exp() * (ref - new)).sum(dim=-1).cpu()
+        same[a : a + chunk] = (ref.argmax(dim=-1) == new.argmax(dim=-1)).cpu()
+    return kl, same
 
 
 def sliding_nll(model: torch.nn.Module, ids: torch.Tensor, window: int, stride: int, chunk: int = 1024) -> torch.Tensor:

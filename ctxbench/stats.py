@@ -82,8 +82,26 @@ def bootstrap_ppl(
     count, so a resample is token-weighted exactly as the point estimate is. Units with no tokens
     are dropped. Deterministic for a given ``seed``.
     """
-    sums = np.asarray(doc_nll_sums, dtype=np.float64).ravel()
-    counts = np.asarray(doc_counts, dtype=np.float64).ravel()
+    return _percentiles(np.exp(_resampled_means(doc_nll_sums, doc_counts, n_boot, seed)), level)
+
+
+def bootstrap_mean(
+    unit_sums: Sequence[float],
+    unit_counts: Sequence[float],
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the weighted mean ``sum(sums) / sum(counts)``, resampling
+    units with replacement (the resamples of :func:`bootstrap_ppl`, without the ``exp``): a mean
+    KL divergence per position over documents, or a mean answer NLL over trials (counts of 1)."""
+    return _percentiles(_resampled_means(unit_sums, unit_counts, n_boot, seed), level)
+
+
+def _resampled_means(sums, counts, n_boot: int, seed: int) -> np.ndarray:
+    """``n_boot`` resampled weighted means ``sum(sums[idx]) / sum(counts[idx])``."""
+    sums = np.asarray(sums, dtype=np.float64).ravel()
+    counts = np.asarray(counts, dtype=np.float64).ravel()
     if sums.shape != counts.shape:
         raise ValueError(f"{sums.size} nll sums but {counts.size} counts")
     if (counts < 0).any():
@@ -96,13 +114,13 @@ def bootstrap_ppl(
         raise ValueError(f"n_boot {n_boot} must be >= 1")
     rng = np.random.default_rng(seed)
     k = sums.size
-    ppl = np.empty(n_boot)
+    means = np.empty(n_boot)
     step = max(1, _CHUNK // k)
     for start in range(0, n_boot, step):
         stop = min(n_boot, start + step)
         idx = rng.integers(0, k, size=(stop - start, k))
-        ppl[start:stop] = np.exp(sums[idx].sum(axis=1) / counts[idx].sum(axis=1))
-    return _percentiles(ppl, level)
+        means[start:stop] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+    return means
 
 
 def _blocks(token_nll: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
@@ -151,15 +169,42 @@ def ppl_interval(
     ``method`` is ``"docs"`` (two or more documents with scored tokens: documents resampled) or
     ``"blocks"`` (one document: blocks of its tokens resampled).
     """
+    return _interval(per_doc, bootstrap_ppl, n_boot, seed, level, block)
+
+
+def mean_interval(
+    per_doc: Sequence[Sequence[float]],
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    block: int = 256,
+) -> tuple[float, float, str]:
+    """``(lo, hi, method)`` for the mean of per-position values pooled over documents (KL divergence
+    per position), resampled as :func:`ppl_interval` resamples: documents, or one document's blocks."""
+    return _interval(per_doc, bootstrap_mean, n_boot, seed, level, block)
+
+
+def _interval(per_doc, boot, n_boot: int, seed: int, level: float, block: int) -> tuple[float, float, str]:
     docs = [np.asarray(d, dtype=np.float64).ravel() for d in per_doc]
     docs = [d for d in docs if d.size]
     if not docs:
         raise ValueError("no scored tokens")
     if len(docs) == 1:
-        lo, hi = bootstrap_ppl_blocks(docs[0], block=block, n_boot=n_boot, seed=seed, level=level)
+        sums, counts = _blocks(docs[0], block_size(docs[0].size, block))
+        lo, hi = boot(sums, counts, n_boot=n_boot, seed=seed, level=level)
         return lo, hi, "blocks"
-    lo, hi = bootstrap_ppl([d.sum() for d in docs], [d.size for d in docs], n_boot=n_boot, seed=seed, level=level)
+    lo, hi = boot([d.sum() for d in docs], [d.size for d in docs], n_boot=n_boot, seed=seed, level=level)
     return lo, hi, "docs"
+
+
+def mean_stderr(values: Sequence[float]) -> float:
+    """llama.cpp's ``±`` of a mean (``tools/perplexity/perplexity.cpp``, ``mean_and_uncertainty``):
+    ``sqrt((E[x^2] - E[x]^2) / (n - 1))``, and 0 for 10 values or fewer."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size <= 10:
+        return 0.0
+    var = float((x * x).mean() - x.mean() ** 2)
+    return math.sqrt(var / (x.size - 1)) if var > 0 else 0.0
 
 
 # --------------------------------------------------------------------------- loss by position

@@ -198,7 +198,7 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
     assert all((c.method, c.factor, c.length) == (first.method, first.factor, first.length) for c in prompts_by_cell)
     owner = [(cell, t) for cell, prompts in prompts_by_cell.items() for t in range(len(prompts))]
     flat = [prompts_by_cell[cell][t] for cell, t in owner]
-    seq_len = max(first.length, max(len(p.ids) for p in flat) + max_new_tokens)
+    seq_len = decode_length(first, flat, max_new_tokens)
     pending = {cell: len(prompts) for cell, prompts in prompts_by_cell.items()}
     done: dict = {}
     with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
@@ -209,6 +209,12 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
             pending[cell] -= 1
             if pending[cell] == 0:
                 yield cell, [done[(cell, i)] for i in range(len(prompts_by_cell[cell]))]
+
+
+def decode_length(cell, prompts: list, max_new_tokens: int) -> int:
+    """The sequence length a dynamic method is applied for when ``prompts`` of ``cell``'s group are
+    answered: the cell's length, or the longest prompt plus its new tokens where that is longer."""
+    return max(cell.length, max(len(p.ids) for p in prompts) + max_new_tokens)
 
 
 def parse_depths(depths: int | None = None, depth: str | None = None) -> list[float]:
