@@ -9,5 +9,5 @@ NIAH = tuple(VARIANTS["niah"])
 
 TASK = ruler_task(
     "niah", "RULER needle-in-a-haystack (8 variants: --variant single_1,...,multiquery or all) over lengths x depths x methods.",
-    variants=NIAH, default_variants=("single_1",), has_depth=True, has_haystack=True,
+    variants=NIAH, default_variants=("single_1",), has_depth=True, has_haystack=True, answer_nll=True,
 )

@@ -14,6 +14,9 @@ prefix's KV cache is computed once per cell and reused by every trial; the prefi
 of one length are themselves prefixes of one instruction-and-filler stream, so one running cache
 is extended from the shallowest needle to the deepest; trials whose suffixes have the same token
 count are decoded as one batch.
+
+``--metrics answer_nll`` adds the teacher-forced NLL of the key's tokens after the prompt
+(:mod:`ctxbench.tasks.proxy`), per trial in ``extra.answer_nll`` and per cell with an interval.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import UserError
+from . import proxy
 from .base import Cell, Context, CostItem, Measurement, Option, Task
 from .common import (  # noqa: F401  (parse_depths: the name scripts imported from here)
     accuracy_rows,
@@ -67,6 +71,7 @@ class Settings:
     baseline: str | None = None
     digits: int = 5
     chat: bool = False
+    metrics: tuple[str, ...] = ()  # proxy metrics beyond accuracy: answer_nll (ctxbench.tasks.proxy)
     max_new_tokens: int = 10
 
 
@@ -75,6 +80,8 @@ OPTIONS = (
     *trials_options("trials (random keys), per length and depth,"),
     Option("digits", "digits of the pass key (default 5)", lambda v: _digits(v)),  # changes every key: part of the key
     Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True),
+    proxy.metrics_option(proxy.ANSWER_METRICS, "answer_nll = teacher-forced mean NLL of the key's tokens after the prompt, "
+                         "no decoding"),
 )
 
 
@@ -257,6 +264,8 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
             steps = len(lengths) * len(settings.depths) * most_trials(settings) * settings.max_new_tokens
             items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps, cached=cached,
                                   what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
+            if settings.metrics:  # the answer's teacher-forced pass: the same shared prefixes again, then each suffix
+                items.append(CostItem(cells=0, forwards=forwards, cached=cached, what=f"{m.label} answer_nll"))
     return items
 
 
@@ -275,9 +284,20 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
         return Measurement("correct", int(first_integer(text) == p.key), trial=t, answer=text.strip(), tokens=len(p.ids),
                            seconds=round(seconds, 4), extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)})  # fmt: skip
 
+    scored = proxy.answer_nlls(lm, ctx, prompts, _answer_ids, settings.max_new_tokens) if settings.metrics else {}
     for cell, rows in trial_cells(lm, ctx, prompts, settings.max_new_tokens, measure):
         # one ``correct`` row per trial and the cell's ``accuracy`` with its trial count
-        yield cell, rows + accuracy_rows([int(r.value) for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows))
+        extra = []
+        if settings.metrics:
+            rows = proxy.with_answer_nll(rows, scored[cell])
+            extra = proxy.answer_nll_rows(rows, sum(v[2] for v in scored[cell].values()))
+        yield cell, rows + accuracy_rows([int(r.value) for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows)) + extra
+
+
+def _answer_ids(prompt: Prompt) -> tuple[int, ...]:
+    """The expected answer's tokens: the key as the needle line spells it (`` N``), which is also
+    how it follows "The pass key is" at the prompt's end."""
+    return prompt.ids[prompt.key_span[0] : prompt.key_span[1]]
 
 
 def plots(records, directory):

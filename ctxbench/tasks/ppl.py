@@ -20,6 +20,11 @@ position (``nll_pos``, one row per bucket of :data:`BUCKET` target positions ali
 of 512, its ``[pos_start, pos_end)`` in their own columns); and for lengths past the trained length ``nll_beyond_L``
 (mean NLL of target positions >= L). All come from the losses already computed: no extra
 forward, in the shared pass too.
+
+``--metrics longppl,kl`` adds proxy metrics (:mod:`ctxbench.tasks.proxy`): LongPPL over the key
+tokens the unscaled model finds once per document, and the KL divergence from the unscaled
+model's next-token distribution inside the trained length, from hidden states it computes once
+per document. Both need truncate mode (no ``--stride``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import UserError
 from ..parsing import parse_length
+from . import proxy
 from .base import Cell, Context, CostItem, Measurement, Option, Task
 from .common import factors_for, parse_choice, parse_positive_int
 
@@ -49,6 +55,7 @@ class Settings:
     text_column: str = "text"
     docs: int = 4
     bos: str = "auto"
+    metrics: tuple[str, ...] = ()  # proxy metrics beyond ppl: longppl, kl (ctxbench.tasks.proxy)
     chunk: int = 1024  # positions per LM-head chunk
 
 
@@ -64,6 +71,8 @@ OPTIONS = (
     Option("docs", "documents per length, the first ones long enough (default 4)", lambda v: parse_positive_int(v, "--docs"), identity=False),
     Option("bos", "auto (the tokenizer's default) | on (BOS before every document, as the YaRN eval) | off",
            lambda v: parse_choice(v, "--bos", ("auto", "on", "off")), identity=False),  # fmt: skip
+    proxy.metrics_option(proxy.PPL_METRICS, "longppl = perplexity over LongPPL's key tokens (Fang et al. 2025), kl = KL "
+                         "divergence from the unscaled model inside the trained length (llama.cpp's --kl-divergence)"),
 )
 
 
@@ -74,6 +83,9 @@ def default_lengths(trained_len: int) -> list[int]:
 def validate(settings: Settings) -> None:
     if settings.docs < 1:
         raise UserError(f"--docs {settings.docs} must be >= 1", "pass e.g. --docs 4")
+    if settings.metrics and settings.stride is not None:
+        raise UserError(f"--metrics {','.join(settings.metrics)} scores truncate-mode windows, and --stride {settings.stride} slides them",
+                        "drop --stride, or run the proxy metrics in a run of their own")  # fmt: skip
     if settings.stride is not None and settings.stride < 1:
         raise UserError(f"--stride {settings.stride} must be >= 1", "omit it (stride = length) or pass e.g. --stride 1k")
     for n in settings.lengths or []:
@@ -96,6 +108,11 @@ class State:
     chosen: dict[int, list[int]]  # length -> document indices
     skipped: dict[int, int]  # length -> shorter documents passed over
     corpus_digest: str
+    reference: proxy.Reference = field(default_factory=proxy.Reference)  # the unscaled model's, for --metrics
+
+    def longest(self, i: int) -> int:
+        """The longest length document ``i`` is scored at in this run (its proxy references cover it)."""
+        return max(n for n in self.lengths if i in self.chosen[n])
 
 
 def prepare(lm, settings: Settings) -> Context:
@@ -168,6 +185,9 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
             else:  # one forward per document at the longest length
                 forwards = (max(lengths),) * settings.docs
             items.append(CostItem(cells=len(lengths), forwards=forwards, what=f"{m.label} x{f:g}" if f else m.label))
+    if settings.metrics:  # the unscaled model's references, once per document of about the longest length
+        items.append(CostItem(cells=0, forwards=proxy.evaluator_forwards(max(lengths), trained_len, settings.metrics) * settings.docs,
+                              what=f"unscaled references ({','.join(settings.metrics)})"))  # fmt: skip
     return items
 
 
@@ -218,14 +238,17 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
     """Score the documents of each cell of ``group``; yields each cell's measurements."""
     from ..measure import Measured
     from ..patching import applied
-    from ..scoring import sliding_nll, token_nll
+    from ..scoring import sliding_nll
 
     st: State = ctx.state
+    if settings.metrics:  # the unscaled model's references, once per document for the whole grid
+        docs = sorted({i for c in group for i in st.chosen[c.length]})
+        st.reference.ensure(lm, {i: st.tokens[i][: st.longest(i)] for i in docs}, settings.metrics, settings.chunk)
     if len(group) > 1 or _shared(group[0]):
         yield from _shared_pass(lm, st, group, settings)
         return
     cell = group[0]
-    docs, seconds, peak, pass_tokens = [], 0.0, 0.0, 0
+    docs, seconds, peak, pass_tokens, kls = [], 0.0, 0.0, 0, {}
     sliding = cell.stride < cell.length
     with applied(lm.model, lm.geometry, cell.method, cell.factor or 1.0, cell.length):
         for i in st.chosen[cell.length]:
@@ -234,20 +257,61 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
                 if sliding:
                     nll = sliding_nll(lm.model, ids, cell.length, cell.stride, settings.chunk)
                 else:
-                    nll = token_nll(lm.model, ids, chunk=settings.chunk)
+                    nll, hidden = _window(lm, ids, settings)
+            if not sliding and "kl" in settings.metrics:
+                kls[i] = _kl(lm, st, i, hidden, settings)
+            hidden = None
             docs.append((st.tokens.corpus.names[i], nll))
             seconds, peak, pass_tokens = seconds + m.seconds, max(peak, m.peak_mb), pass_tokens + len(ids)
     mode = "sliding" if sliding else "truncate"
     extra = {"skipped_docs": st.skipped[cell.length], "corpus_digest": st.corpus_digest, "bos": settings.bos}
-    yield cell, _summary(docs, seconds, pass_tokens, peak, mode, extra, lm.geometry.trained_len)
+    rows = _summary(docs, seconds, pass_tokens, peak, mode, extra, lm.geometry.trained_len)
+    yield cell, rows + _proxy_rows(st, settings, cell.length, st.chosen[cell.length], docs, kls, mode, lm.geometry.trained_len)
+
+
+def _window(lm, ids, settings: Settings):
+    """(per-token NLL (n-1,), final hidden states (1, n, hidden) or None) of one truncate-mode window;
+    the hidden states are kept only when ``kl`` needs them (same NLL either way: one code path)."""
+    from ..scoring import final_hidden, nll_from_hidden, token_nll
+
+    if "kl" not in settings.metrics:
+        return token_nll(lm.model, ids, chunk=settings.chunk), None
+    hidden = final_hidden(lm.model, ids)  # (1, n, hidden)
+    return nll_from_hidden(lm.model, hidden, ids, chunk=settings.chunk), hidden
+
+
+def _kl(lm, st: State, i: int, hidden, settings: Settings) -> tuple:
+    """(KL (m,), same top token (m,), seconds) of a method's window of document ``i`` against the
+    unscaled model's hidden states, at positions ``0 .. m-1`` with ``m = min(n, L) - 1``."""
+    import time
+
+    from ..scoring import kl_from_hidden
+
+    t0 = time.perf_counter()
+    m = min(hidden.shape[1], lm.geometry.trained_len) - 1
+    kl, same = kl_from_hidden(lm.model, st.reference.hidden[i][:, :m], hidden[:, :m], chunk=min(proxy.KL_CHUNK, settings.chunk))
+    return kl, same, time.perf_counter() - t0
+
+
+def _proxy_rows(st: State, settings: Settings, n: int, indices: list, docs: list, kls: dict, mode: str, trained_len: int) -> list[Measurement]:
+    """The ``--metrics`` rows of a cell of length ``n``: ``docs`` [(name, (n-1,) NLL)] of the
+    documents ``indices``; ``kls`` {index: (KL, same top, seconds)} over a prefix at least this long."""
+    rows: list[Measurement] = []
+    if "longppl" in settings.metrics:
+        masks = [st.reference.keys[i][: n - 1] for i in indices]
+        rows += proxy.longppl_rows(docs, masks, mode, trained_len, sum(st.reference.seconds.get(i, 0.0) for i in indices))
+    if "kl" in settings.metrics:
+        m = min(n, trained_len) - 1
+        per_doc = [(name, kls[i][0][:m], kls[i][1][:m]) for (name, _), i in zip(docs, indices, strict=True)]
+        rows += proxy.kl_rows(per_doc, mode, sum(kls[i][2] for i in indices))
+    return rows
 
 
 def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """One forward per document at the longest length it is selected for; shorter lengths
-    read the prefix of its per-token losses."""
+    read the prefix of its per-token losses (and of its KL per position)."""
     from ..measure import Measured
     from ..patching import applied
-    from ..scoring import token_nll
 
     lengths = sorted(c.length for c in group)
     need: dict[int, int] = {}  # doc -> longest length it serves in this group
@@ -255,12 +319,16 @@ def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterat
         for i in st.chosen[n]:
             need[i] = max(need.get(i, 0), n)
     losses: dict = {}
+    kls: dict = {}
     cost_of: dict[int, tuple[float, float, int]] = {}  # doc -> (seconds, peak MB, tokens)
     cell0 = group[0]
     with applied(lm.model, lm.geometry, cell0.method, cell0.factor or 1.0, max(lengths)):
         for i, n in sorted(need.items()):
             with Measured(lm.device) as m:
-                losses[i] = token_nll(lm.model, st.tokens[i][:n], chunk=settings.chunk)  # (n - 1,)
+                losses[i], hidden = _window(lm, st.tokens[i][:n], settings)  # (n - 1,)
+            if "kl" in settings.metrics:
+                kls[i] = _kl(lm, st, i, hidden, settings)
+            hidden = None
             cost_of[i] = (m.seconds, m.peak_mb, n)
     for cell in sorted(group, key=lambda c: c.length):
         n = cell.length
@@ -270,7 +338,8 @@ def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterat
         pass_tokens = sum(cost_of[i][2] for i in st.chosen[n])
         extra = {"skipped_docs": st.skipped[n], "pass_lengths": sorted({need[i] for i in st.chosen[n]}), "corpus_digest": st.corpus_digest,
                  "bos": settings.bos}
-        yield cell, _summary(docs, seconds, pass_tokens, peak, "truncate", extra, lm.geometry.trained_len)
+        rows = _summary(docs, seconds, pass_tokens, peak, "truncate", extra, lm.geometry.trained_len)
+        yield cell, rows + _proxy_rows(st, settings, n, st.chosen[n], docs, kls, "truncate", lm.geometry.trained_len)
 
 
 def plots(records: list[dict], directory) -> list:

@@ -19,6 +19,10 @@ haystack computed once (:func:`ctxbench.decoding.decode_shared`) for RULER's num
 tokens. Each trial is scored with RULER's metric (``string_match_all``: the fraction of expected
 answers found in the output); rows per trial (``score``, with the answer text) and per cell
 (``accuracy``, the mean score, with its trial count and 95% Wilson interval).
+
+``--metrics answer_nll`` (niah): the teacher-forced NLL of the expected answer — its values joined
+by ", " after a space, as they would follow RULER's answer prefix — per trial in
+``extra.answer_nll`` and per cell with an interval (:mod:`ctxbench.tasks.proxy`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import UserError, unknown
+from . import proxy
 from .base import Cell, Context, CostItem, Measurement, Option, Task
 from .common import (
     CHAT_HELP,
@@ -61,6 +66,7 @@ class Settings:
     chat: bool | None = None  # None: decided by the model (common.settle_chat)
     haystack: str | None = None
     protocol: str = "ruler"
+    metrics: tuple[str, ...] = ()  # proxy metrics beyond accuracy: answer_nll where the family has it
 
 
 def default_lengths(trained_len: int) -> list[int]:
@@ -104,8 +110,9 @@ def _haystack(value) -> str:
 
 
 def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants: tuple[str, ...], has_depth: bool,  # noqa: A002
-               has_haystack: bool) -> Task:  # fmt: skip
-    """A Task for one RULER family (``niah``, ``vt``, ``cwe``, ``fwe``)."""
+               has_haystack: bool, answer_nll: bool = False) -> Task:  # fmt: skip
+    """A Task for one RULER family (``niah``, ``vt``, ``cwe``, ``fwe``); ``answer_nll``: it takes
+    ``--metrics answer_nll`` (its answers are values that follow the answer prefix)."""
     from functools import partial
 
     options = []
@@ -123,6 +130,9 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
     if has_haystack:  # the haystack's text digest is part of data_digest (a path says nothing of its content)
         options.append(Option("haystack", "essay haystack: a .txt/.md file, a directory of them, or RULER's PaulGrahamEssays.json (default: the running Python's pydoc prose)", _haystack,
                               identity=False))  # fmt: skip
+    if answer_nll:
+        options.append(proxy.metrics_option(proxy.ANSWER_METRICS, "answer_nll = teacher-forced mean NLL of the expected "
+                                            "answer's tokens after the prompt, no decoding"))  # fmt: skip
     spec = dict(name=name, variants=default_variants, has_depth=has_depth, has_haystack=has_haystack)
     return Task(
         name=name, help=help, settings=Settings, options=tuple(options),
@@ -214,6 +224,8 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
                 items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards, cached=cached,
                                       decode_steps=len(lengths) * len(depths) * most_trials(settings) * steps,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
+                if settings.metrics:  # the answer's teacher-forced pass: the shared prefixes again, then each suffix
+                    items.append(CostItem(cells=0, forwards=forwards, cached=cached, what=f"{m.label} answer_nll"))
     return items
 
 
@@ -239,9 +251,17 @@ def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> 
         return Measurement("score", score(p.metric, text, p.answers), trial=trial, answer=text.strip(), tokens=len(p.ids),
                            seconds=round(seconds, 4), extra={"answers": list(p.answers), "needle_pos": list(p.needle_positions), "metric": p.metric})  # fmt: skip
 
+    def answer_ids(p) -> list[int]:
+        return list(tok(" " + ", ".join(p.answers), add_special_tokens=False)["input_ids"])
+
+    scored = proxy.answer_nlls(lm, ctx, prompts, answer_ids, new_tokens) if settings.metrics else {}
     for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished):
+        extra = []
+        if settings.metrics:
+            rows = proxy.with_answer_nll(rows, scored[cell])
+            extra = proxy.answer_nll_rows(rows, sum(v[2] for v in scored[cell].values()))
         yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows),
-                                         metric=prompts[cell][0].metric)  # fmt: skip
+                                         metric=prompts[cell][0].metric) + extra  # fmt: skip
 
 
 def plots(name, records, directory):

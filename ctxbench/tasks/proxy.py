@@ -1,0 +1,273 @@
+"""Cheap proxy metrics of the built-in tasks, chosen with ``--metrics`` (default: none of them, so
+a default run's rows and cell identities are what they always were).
+
+- ``longppl`` (``ppl``): perplexity over *key tokens* only (Fang et al., ICLR 2025, "What is Wrong
+  with Perplexity for Long-context Language Modeling?", arXiv 2410.23771; PKU-ML/LongPPL
+  ``longppl/longppl.py``). A target token is key when the evaluator's loss on it with a short
+  context exceeds its loss with the long context by more than ``ALPHA`` = 2 (the long-short
+  difference, LSD > 2) while the long-context loss is below ``-BETA`` = 2 (log-prob > -2). The
+  evaluator is the unscaled model (method ``none``) within its trained length ``L``: the short
+  context is :func:`short_window` = ``L/4`` tokens (LongPPL: 4096 for an 8B evaluator) in windows
+  advancing by :func:`short_stride` = ``L/16`` (LongPPL's 1024 = 4096/4), so a target sees between
+  ``L/4`` and ``5L/16 - 1`` tokens; the long context is windows of ``L`` tokens advancing by
+  ``L/4``, all of the prefix inside ``L`` and between ``3L/4`` and ``L - 1`` tokens beyond it (the
+  evaluator never reads past what it was trained on). ``LongPPL = exp(mean NLL of the method on the
+  key tokens)``.
+- ``kl`` (``ppl``): the mean over target positions ``1 .. min(n, L) - 1`` of ``KL(P_none || P_method)``
+  per position, in nats (llama.cpp ``tools/perplexity/perplexity.cpp`` ``--kl-divergence``, the
+  unscaled model as its base): how far a method moves the model's next-token distribution inside
+  the trained length, where the unscaled model is the reference.
+- ``answer_nll`` (``passkey``, ``niah``): the teacher-forced mean NLL per token of the expected
+  answer after the prompt (the pass key; niah's values joined by ", "), with no decoding: one
+  suffix forward per trial after the trials' shared prefix.
+
+Each reference is computed once and reused: key tokens and the unscaled model's final hidden
+states (not its logits) once per document for the whole grid (:class:`Reference`); the LM head
+runs a few hundred positions at a time, so no (positions x vocab) tensor of a long sequence exists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import UserError, unknown
+from .base import Measurement, Option
+
+PPL_METRICS = ("longppl", "kl")
+ANSWER_METRICS = ("answer_nll",)
+ALPHA = 2.0  # LongPPL's alpha: a key token's short-context loss exceeds its long-context loss by more than this
+BETA = -2.0  # LongPPL's beta: a key token's long-context log-prob is above this (loss below -BETA)
+KL_CHUNK = 256  # positions per LM-head chunk of the KL divergence (two (chunk, vocab) fp32 tensors)
+
+
+def short_window(trained_len: int) -> int:
+    """LongPPL's short context for an evaluator trained at ``trained_len``: a quarter of it."""
+    return max(1, trained_len // 4)
+
+
+def short_stride(trained_len: int) -> int:
+    """Targets sharing one short window (LongPPL's ``sliding_window``, a quarter of its short context)."""
+    return max(1, short_window(trained_len) // 4)
+
+
+def long_stride(trained_len: int) -> int:
+    """The long context's windows of ``trained_len`` tokens advance by a quarter of it."""
+    return short_window(trained_len)
+
+
+def parse_metrics(value, choices: tuple[str, ...]) -> tuple[str, ...]:
+    """``--metrics kl,longppl`` (or a TOML list) -> the names in ``choices`` order, so the same set
+    given in any order is the same cell; an unknown name is one error naming the closest."""
+    from ..parsing import split_list
+
+    if isinstance(value, (list, tuple)) and not value:  # a suite's ``metrics = []``: none
+        return ()
+    items = split_list(value, what="--metrics")
+    for item in items:
+        if item not in choices:
+            raise unknown("--metrics metric", item, choices)
+    if len(set(items)) != len(items):
+        raise UserError("a --metrics name is given twice", "list each metric once")
+    return tuple(c for c in choices if c in items)
+
+
+def metrics_option(choices: tuple[str, ...], what: str) -> Option:
+    """The ``--metrics`` option of a task: part of the cell identity only when some are chosen."""
+    return Option("metrics", f"comma list of proxy metrics to add ({', '.join(choices)}): {what}; default: none",
+                  lambda v: parse_metrics(v, choices), identity=True, omit_default=True)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------- LongPPL
+
+
+def key_token_mask(short_nll, long_nll, first: int, alpha: float | None = None, beta: float | None = None):
+    """LongPPL's selection over targets ``1 .. n-1`` (tensors (n-1,)): ``short - long > alpha`` and
+    ``long < -beta``, at target positions ``>= first`` (LongPPL scores no target before its short
+    context is full). Returns (n-1,) bool."""
+    import torch
+
+    alpha = ALPHA if alpha is None else alpha
+    beta = BETA if beta is None else beta
+    positions = torch.arange(1, long_nll.shape[0] + 1)  # target position of each loss
+    return ((short_nll - long_nll) > alpha) & (long_nll < -beta) & (positions >= first)
+
+
+def find_key_tokens(model, ids, trained_len: int, chunk: int = 1024):
+    """Key-token mask (n-1,) of ``ids`` (n,) under the model as it is now (the caller applies
+    ``none``): a prefix of ``ids`` gets the prefix of the mask, since every window starts at a
+    multiple of its stride from 0."""
+    from ..scoring import sliding_nll
+
+    w, s = short_window(trained_len), short_stride(trained_len)
+    long = sliding_nll(model, ids, trained_len, long_stride(trained_len), chunk)  # (n-1,) context <= L-1
+    short = sliding_nll(model, ids, w + s, s, chunk)  # (n-1,) context w .. w+s-1 past position w
+    return key_token_mask(short, long, first=w)
+
+
+def evaluator_forwards(n: int, trained_len: int, metrics: tuple[str, ...]) -> tuple[int, ...]:
+    """Token counts of the unscaled model's forwards over one document of ``n`` tokens."""
+    out: list[int] = []
+    if "longppl" in metrics:
+        w, s = short_window(trained_len), short_stride(trained_len)
+        for window, stride in ((trained_len, long_stride(trained_len)), (w + s, s)):
+            begin, scored = 0, 1
+            while scored < n:
+                out.append(min(begin + window, n) - begin)
+                scored, begin = min(begin + window, n), begin + stride
+    if "kl" in metrics:
+        out.append(min(n, trained_len))
+    return tuple(out)
+
+
+@dataclass
+class Reference:
+    """What the unscaled model says of each document, computed once and reused by every method
+    of the grid: its key-token mask (``longppl``; (n-1,) bool over the document's longest scored
+    prefix) and its final hidden states at positions ``0 .. min(n, L) - 2`` (``kl``; (1, m, hidden),
+    on the model's device, the logits rebuilt chunk by chunk when needed)."""
+
+    keys: dict = field(default_factory=dict)  # doc index -> (n-1,) bool
+    hidden: dict = field(default_factory=dict)  # doc index -> (1, min(n, L) - 1, hidden)
+    seconds: dict = field(default_factory=dict)  # doc index -> seconds the evaluator took
+
+    def ensure(self, lm, docs: dict, metrics: tuple[str, ...], chunk: int) -> None:
+        """Compute what ``metrics`` need for the documents ``{index: ids}`` not done yet."""
+        import time
+
+        from ..methods import resolve
+        from ..patching import applied
+        from ..scoring import final_hidden
+
+        todo = {i: ids for i, ids in docs.items() if ("longppl" in metrics and i not in self.keys) or ("kl" in metrics and i not in self.hidden)}
+        if not todo:
+            return
+        trained = lm.geometry.trained_len
+        with applied(lm.model, lm.geometry, resolve("none"), 1.0, max(len(ids) for ids in todo.values())):
+            for i, ids in todo.items():
+                t0 = time.perf_counter()
+                if "longppl" in metrics and i not in self.keys:
+                    self.keys[i] = find_key_tokens(lm.model, ids, trained, chunk)
+                if "kl" in metrics and i not in self.hidden:
+                    m = min(len(ids), trained)
+                    self.hidden[i] = final_hidden(lm.model, ids[:m])[:, : m - 1].clone()  # (1, m-1, hidden)
+                self.seconds[i] = self.seconds.get(i, 0.0) + time.perf_counter() - t0
+
+
+def longppl_rows(docs: list, masks: list, mode: str, trained_len: int, evaluator_seconds: float) -> list[Measurement]:
+    """LongPPL of one cell: ``docs`` [(name, (n-1,) NLL)], ``masks`` their key-token masks (n-1,).
+    Rows: per document with key tokens and aggregate (``doc = all``, token-weighted as ``ppl``)
+    ``longppl``; its 95% ``longppl_lo``/``_hi`` (the bootstrap ``ppl`` uses, over the key tokens);
+    ``key_tokens`` (their number; ``extra.per_doc``)."""
+    from ..stats import ppl_interval
+
+    rows, keyed, per_doc = [], [], {}
+    for (name, nll), mask in zip(docs, masks, strict=True):
+        key = nll[mask[: nll.shape[0]]].double()
+        per_doc[name] = int(key.numel())
+        keyed.append(key.numpy())
+        if key.numel():
+            rows.append(Measurement("longppl", math.exp(float(key.mean())), doc=name, tokens=int(key.numel()), mode=mode))
+    count = sum(per_doc.values())
+    total = float(sum(k.sum() for k in keyed))
+    how = {"short_window": short_window(trained_len), "short_stride": short_stride(trained_len), "long_window": trained_len,
+           "long_stride": long_stride(trained_len), "alpha": ALPHA, "beta": BETA, "evaluator": "none",
+           "evaluator_seconds": round(evaluator_seconds, 4)}  # fmt: skip
+    value = math.exp(total / count) if count else float("nan")
+    lo, hi, unit = ppl_interval(keyed) if count else (float("nan"), float("nan"), "nothing (no key tokens)")
+    agg = dict(doc="all", tokens=count, mode=mode)
+    rows.append(Measurement("longppl", value, extra=how, **agg))
+    rows.append(Measurement("longppl_lo", lo, extra={"interval": f"95% bootstrap over {unit}"}, **agg))
+    rows.append(Measurement("longppl_hi", hi, extra={"interval": f"95% bootstrap over {unit}"}, **agg))
+    rows.append(Measurement("key_tokens", count, doc="all", tokens=sum(int(nll.shape[0]) for _, nll in docs), mode=mode,
+                            extra={"per_doc": per_doc}))  # fmt: skip
+    return rows
+
+
+# ------------------------------------------------------------------------------------------- KL
+
+
+def kl_rows(docs: list, mode: str, seconds: float) -> list[Measurement]:
+    """KL to the unscaled model of one cell: ``docs`` [(name, (m,) KL per position, (m,) same top
+    token)]. Rows: per document and aggregate ``kl`` (mean over all positions pooled, nats), its
+    95% ``kl_lo``/``kl_hi`` (bootstrap over documents, or one document's blocks, as ``ppl``);
+    ``extra`` holds llama.cpp's other statistics: ``stderr`` (its ``±``), median, 99th percentile,
+    maximum, and ``same_top`` (the share of positions whose most likely token agrees)."""
+    import numpy as np
+
+    from ..stats import mean_interval, mean_stderr
+
+    rows = []
+    for name, kl, _ in docs:
+        rows.append(Measurement("kl", float(kl.double().mean()), doc=name, tokens=int(kl.numel()), mode=mode))
+    values = np.concatenate([kl.double().numpy() for _, kl, _ in docs])
+    same = float(np.concatenate([s.numpy() for _, _, s in docs]).mean())
+    lo, hi, unit = mean_interval([kl.double().numpy() for _, kl, _ in docs])
+    stats = {"stderr": mean_stderr(values), "median": float(np.median(values)), "p99": float(np.quantile(values, 0.99)),
+             "max": float(values.max()), "same_top": same, "positions": "1 .. min(length, trained_len) - 1"}  # fmt: skip
+    agg = dict(doc="all", tokens=int(values.size), mode=mode)
+    rows.append(Measurement("kl", float(values.mean()), seconds=round(seconds, 4), extra=stats, **agg))
+    rows.append(Measurement("kl_lo", lo, extra={"interval": f"95% bootstrap over {unit}"}, **agg))
+    rows.append(Measurement("kl_hi", hi, extra={"interval": f"95% bootstrap over {unit}"}, **agg))
+    return rows
+
+
+# ----------------------------------------------------------------------------------- answer NLL
+
+
+def answer_nlls(lm, ctx, prompts_by_cell: dict, continuation, max_new_tokens: int) -> dict:
+    """Teacher-forced NLL of each trial's expected answer ``continuation(prompt) -> ids`` after its
+    prompt, for the trials whose rows do not hold it yet (``ctx.kept``), all cells of one
+    (method, factor, length) together with shared prefixes computed once
+    (:func:`ctxbench.decoding.score_shared`), the method applied for the length decoding uses.
+    Returns ``{cell: {trial: (mean NLL per answer token, answer tokens, seconds)}}``."""
+    from ..decoding import score_shared
+    from ..patching import applied
+    from .common import decode_length
+
+    kept = getattr(ctx, "kept", None) or {}
+    owner = [(cell, t) for cell, prompts in prompts_by_cell.items() for t in range(len(prompts))
+             if "answer_nll" not in getattr(kept.get(cell, {}).get(t), "extra", {})]  # fmt: skip
+    out: dict = {cell: {} for cell in prompts_by_cell}
+    if not owner:
+        return out
+    first = next(iter(prompts_by_cell))
+    flat = [prompts_by_cell[cell][t] for cell, t in owner]
+    with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, decode_length(first, flat, max_new_tokens)):
+        for s in score_shared(lm.model, [p.ids for p in flat], [continuation(p) for p in flat]):
+            cell, t = owner[s.index]
+            out[cell][t] = (float(s.nll.double().mean()), int(s.nll.numel()), s.seconds)
+    return out
+
+
+def with_answer_nll(rows: list[Measurement], scored: dict) -> list[Measurement]:
+    """Per-trial rows with ``extra.answer_nll`` / ``extra.answer_tokens`` from ``scored``
+    (``{trial: (nll, tokens, seconds)}``; kept trials already carry theirs)."""
+    from dataclasses import replace
+
+    out = []
+    for r in rows:
+        if r.trial in scored:
+            nll, k, _ = scored[r.trial]
+            r = replace(r, extra={**r.extra, "answer_nll": nll, "answer_tokens": k})
+        out.append(r)
+    return out
+
+
+def answer_nll_rows(rows: list[Measurement], seconds: float) -> list[Measurement]:
+    """A cell's ``answer_nll`` (mean over trials of each trial's mean NLL per answer token, nats)
+    and its 95% percentile bootstrap interval over trials (``answer_nll_lo``/``_hi``; NaN with
+    fewer than two trials), from the per-trial rows' ``extra.answer_nll``."""
+    from ..stats import bootstrap_mean
+
+    values = [float(r.extra["answer_nll"]) for r in rows]
+    tokens = sum(int(r.extra["answer_tokens"]) for r in rows)
+    n = len(values)
+    lo, hi = bootstrap_mean(values, [1.0] * n) if n >= 2 else (float("nan"), float("nan"))
+    agg = dict(trial="all", tokens=tokens)
+    note = {"interval": "95% bootstrap over trials" if n >= 2 else "none (fewer than 2 trials)"}
+    return [
+        Measurement("answer_nll", sum(values) / n if n else float("nan"), seconds=round(seconds, 4), extra={"trials": n}, **agg),
+        Measurement("answer_nll_lo", lo, extra=note, **agg),
+        Measurement("answer_nll_hi", hi, extra=note, **agg),
+    ]
