@@ -141,6 +141,11 @@ CASES = [
     ("export to an unknown engine", ["export", "--method", "yarn", "--factor", "4", "--to", "tensorrt", *GEOMETRY], "did you mean"),
     ("export a method the engine lacks", ["export", "--method", "rerope", "--to", "vllm", *GEOMETRY], "vllm"),
     ("export native from a model without RoPE", ["export", "--method", "native", "--model", "gpt2", "--to", "transformers"], "RoPE"),
+    ("unknown proxy metric", ["ppl", "--metrics", "longpl", *OUT], "unknown --metrics metric 'longpl' — did you mean 'longppl'?"),
+    ("proxy metric of another task", ["passkey", "--metrics", "answer_nl,kl", *OUT], "did you mean 'answer_nll'?"),
+    ("proxy metric given twice", ["ppl", "--metrics", "kl,kl", *OUT], "given twice"),
+    ("proxy metrics with sliding windows", ["ppl", "--len", "1k", "--stride", "512", "--metrics", "kl", *OUT], "--stride 512"),
+    ("proxy metric on a RULER task without one", ["vt", "--metrics", "answer_nll", *OUT], "No such option"),
     ("passkey length below the fixed text", ["passkey", "--model", "tiny", "--len", "32", "--device", "cpu", *OUT], "shorter than the passkey prompt's fixed text"),
 ]
 

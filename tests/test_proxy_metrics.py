@@ -1,0 +1,340 @@
+"""Proxy metrics (--metrics): each number equals a plain, obviously-correct loop on a tiny model
+(full-vocabulary logits, torch.nn.functional.cross_entropy / kl_div per token, key tokens chosen
+by hand), references are computed once, and a default run is what it always was."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import TRAINED, byte_tokenizer, run_settings, tiny_llama
+
+from ctxbench.data import Tokenized, load_corpus
+from ctxbench.errors import UserError
+from ctxbench.methods import resolve
+from ctxbench.models import wrap
+from ctxbench.patching import applied
+from ctxbench.results import read_records
+from ctxbench.tasks import get, passkey, ppl, proxy
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LENGTHS = (32, 100, 200)
+
+
+@pytest.fixture(scope="module")
+def peaked_lm():
+    """The tiny model with larger weights: peaked next-token distributions, so a method's change
+    of the rotary frequencies moves them measurably (the default init gives near-uniform ones)."""
+    return wrap(tiny_llama(initializer_range=0.2), byte_tokenizer(), name="tiny-peaked", digest="tiny-peaked-seed0")
+
+
+def _ppl_settings(corpus_dir, methods=("none", "yarn", "dynamic-ntk"), **kw):
+    base = dict(methods=tuple(resolve(m) for m in methods), factors=(2.0,), lengths=LENGTHS, dataset=str(corpus_dir), docs=2)
+    return ppl.Settings(**{**base, **kw})
+
+
+def _docs(corpus_dir, n):
+    tokens = Tokenized(load_corpus(str(corpus_dir)), byte_tokenizer())
+    return [(tokens.corpus.names[i], tokens[i]) for i in tokens.select([n], 2)[n]]
+
+
+def _agg(records, metric):
+    return {(r["label"], int(r["length"])): float(r["value"]) for r in records if r["metric"] == metric and r["doc"] == "all"}
+
+
+def _logits(model, ids):
+    """Full-vocabulary fp32 logits of one sequence: (n, vocab)."""
+    with torch.no_grad():
+        return model(input_ids=ids.long()[None]).logits[0].float()
+
+
+# ---------------------------------------------------------------------------------------- LongPPL
+
+
+def _window_start(p: int, window: int, stride: int) -> int:
+    """Where the context of target ``p`` starts: at the earliest window (windows of ``window`` tokens
+    starting at 0, stride, 2 stride, ...) that holds ``p``."""
+    start = 0
+    while start + window <= p:
+        start += stride
+    return start
+
+
+def _hand_losses(model, ids, window, stride):
+    """Loss of every target p = 1 .. n-1 from its own context ids[start:p], one forward per target."""
+    out = []
+    for p in range(1, len(ids)):
+        start = _window_start(p, window, stride)
+        out.append(F.cross_entropy(_logits(model, ids[start:p])[-1:], ids[p : p + 1].long()).item())
+    return torch.tensor(out)
+
+
+def test_key_token_selection_is_longppls_strict_thresholds():
+    short = torch.tensor([5.0, 4.0, 3.5, 4.5, 9.0, 4.0])
+    long = torch.tensor([1.0, 2.0, 1.5, 1.9, 1.0, 1.0])  # targets at positions 1..6
+    mask = proxy.key_token_mask(short, long, first=2)
+    # position 1: before the short context is full; 2: long loss exactly 2 (log-prob -2 is not > -2);
+    # 3: LSD exactly 2 (not > 2); 4, 5, 6: key
+    assert mask.tolist() == [False, False, False, True, True, True]
+
+
+def test_short_window_is_a_quarter_of_the_trained_length():
+    assert (proxy.short_window(8192), proxy.short_stride(8192), proxy.long_stride(8192)) == (2048, 512, 2048)
+    assert (proxy.short_window(TRAINED), proxy.short_stride(TRAINED), proxy.long_stride(TRAINED)) == (16, 4, 16)
+
+
+def test_longppl_equals_a_hand_written_key_token_loop(peaked_lm, corpus_dir, monkeypatch):
+    model = peaked_lm.model
+    w, s = TRAINED // 4, TRAINED // 16
+    docs = _docs(corpus_dir, max(LENGTHS))
+    longest = {name: ids[: max(LENGTHS)] for name, ids in docs}
+    with applied(model, peaked_lm.geometry, resolve("none"), 1.0, max(LENGTHS)):
+        ref = {name: (_hand_losses(model, ids, w + s, s), _hand_losses(model, ids, TRAINED, TRAINED // 4)) for name, ids in longest.items()}
+    # thresholds that split this random model's tokens (its losses are far above LongPPL's 2 nats),
+    # each in the middle of a gap of the values it cuts, so float noise between two ways of computing
+    # one loss (1e-6) cannot move a token across it
+    alpha = 0.05
+    longs = sorted(torch.cat([lg for _, lg in ref.values()]).tolist())
+    mid = len(longs) // 2
+    beta = -(longs[mid] + longs[mid + 1]) / 2
+    diffs = torch.cat([sh - lg for sh, lg in ref.values()])
+    assert min(abs(v + beta) for v in longs) > 1e-4 and float((diffs - alpha).abs().min()) > 1e-4
+    monkeypatch.setattr(proxy, "ALPHA", alpha)
+    monkeypatch.setattr(proxy, "BETA", beta)
+    keys = {}
+    for name, (short, long) in ref.items():
+        keys[name] = [p for p in range(1, len(short) + 1) if p >= w and short[p - 1] - long[p - 1] > alpha and long[p - 1] < -beta]
+    assert all(keys.values()), "every document has key tokens"
+    # both conditions bind: some tokens pass one and fail the other
+    pairs = [(sh[p - 1] - lg[p - 1] > alpha, lg[p - 1] < -beta) for sh, lg in ref.values() for p in range(w, len(sh) + 1)]
+    assert (True, False) in pairs and (False, True) in pairs
+    records = run_settings(peaked_lm, "ppl", _ppl_settings(corpus_dir, metrics=("longppl",))).records
+    got, counts = _agg(records, "longppl"), _agg(records, "key_tokens")
+    for label in ("none", "yarn", "dynamic-ntk"):
+        method = resolve(label)
+        for n in LENGTHS:
+            key_nll = []
+            for name, ids in docs:
+                with applied(model, peaked_lm.geometry, method, 2.0, n):
+                    nll = F.cross_entropy(_logits(model, ids[:n])[:-1], ids[1:n].long(), reduction="none")
+                key_nll += [nll[p - 1].item() for p in keys[name] if p < n]
+            assert counts[(label, n)] == len(key_nll)
+            if key_nll:
+                assert got[(label, n)] == pytest.approx(math.exp(sum(key_nll) / len(key_nll)), rel=1e-5), (label, n)
+            else:
+                assert math.isnan(got[(label, n)])
+
+
+def test_longppl_rows_carry_an_interval_and_the_evaluator_settings(peaked_lm, corpus_dir, monkeypatch):
+    monkeypatch.setattr(proxy, "ALPHA", 0.0)
+    monkeypatch.setattr(proxy, "BETA", -6.5)
+    records = run_settings(peaked_lm, "ppl", _ppl_settings(corpus_dir, methods=("yarn",), lengths=(200,), metrics=("longppl",))).records
+    value, lo, hi = (next(float(r["value"]) for r in records if r["metric"] == m and r["doc"] == "all") for m in ("longppl", "longppl_lo", "longppl_hi"))
+    assert lo <= value <= hi and lo < hi
+    extra = json.loads(next(r["extra"] for r in records if r["metric"] == "longppl" and r["doc"] == "all"))
+    assert (extra["short_window"], extra["short_stride"], extra["long_window"], extra["long_stride"]) == (16, 4, 64, 16)
+    assert extra["evaluator"] == "none"
+
+
+def test_key_tokens_are_found_once_per_document_for_the_whole_grid(counting_lm, corpus_dir):
+    plain = _ppl_settings(corpus_dir, methods=("none", "yarn", "ntk"))
+    run_settings(counting_lm, "ppl", plain)
+    before = len(counting_lm.forwards)
+    counting_lm.forwards.clear()
+    run_settings(counting_lm, "ppl", _ppl_settings(corpus_dir, methods=("none", "yarn", "ntk"), metrics=("longppl",)))
+    evaluator = [len(proxy.evaluator_forwards(max(LENGTHS), TRAINED, ("longppl",))) for _ in range(2)]  # 2 documents
+    assert len(counting_lm.forwards) == before + sum(evaluator)
+
+
+# ------------------------------------------------------------------------------------------- KL
+
+
+def test_kl_equals_a_plain_kl_div_loop_over_positions_inside_the_trained_length(peaked_lm, corpus_dir):
+    model = peaked_lm.model
+    records = run_settings(peaked_lm, "ppl", _ppl_settings(corpus_dir, metrics=("kl",))).records
+    got = _agg(records, "kl")
+    docs = _docs(corpus_dir, max(LENGTHS))
+    for label in ("none", "yarn", "dynamic-ntk"):
+        for n in LENGTHS:
+            per_position, same = [], []
+            for _, ids in docs:
+                m = min(n, TRAINED) - 1  # positions 0 .. m-1 predict targets 1 .. min(n, L) - 1
+                with applied(model, peaked_lm.geometry, resolve("none"), 1.0, n):
+                    base = torch.log_softmax(_logits(model, ids[:n])[:m], dim=-1)
+                with applied(model, peaked_lm.geometry, resolve(label), 2.0, n):
+                    new = torch.log_softmax(_logits(model, ids[:n])[:m], dim=-1)
+                per_position += F.kl_div(new, base, log_target=True, reduction="none").sum(-1).tolist()
+                same += (base.argmax(-1) == new.argmax(-1)).tolist()
+            expected = sum(per_position) / len(per_position)
+            assert got[(label, n)] == pytest.approx(expected, rel=1e-4, abs=1e-7), (label, n)
+            row = next(r for r in records if r["metric"] == "kl" and r["doc"] == "all" and r["label"] == label and int(r["length"]) == n)
+            assert int(row["tokens"]) == len(per_position)
+            extra = json.loads(row["extra"])
+            assert extra["same_top"] == pytest.approx(sum(same) / len(same))
+            mean, mean2 = expected, sum(v * v for v in per_position) / len(per_position)
+            assert extra["stderr"] == pytest.approx(math.sqrt(max(mean2 - mean**2, 0) / (len(per_position) - 1)), rel=1e-3, abs=1e-9)
+    assert got[("yarn", 100)] > 1e-3  # the model's distributions really moved
+    assert got[("none", 200)] == pytest.approx(0.0, abs=1e-6)
+    assert got[("dynamic-ntk", 32)] == pytest.approx(0.0, abs=1e-6) and got[("dynamic-ntk", 200)] > 1e-4  # dynamic: only past L
+
+
+def test_kl_keeps_the_unscaled_hidden_states_once_per_document(counting_lm, corpus_dir):
+    run_settings(counting_lm, "ppl", _ppl_settings(corpus_dir, methods=("none", "yarn", "ntk")))
+    before = len(counting_lm.forwards)
+    counting_lm.forwards.clear()
+    run_settings(counting_lm, "ppl", _ppl_settings(corpus_dir, methods=("none", "yarn", "ntk"), metrics=("kl",)))
+    assert len(counting_lm.forwards) == before + 2  # one forward of min(n, L) tokens per document
+    assert counting_lm.forwards[:2] == [(1, TRAINED), (1, TRAINED)]
+
+
+def test_kl_never_builds_logits_for_more_than_a_chunk_of_positions(tiny_lm, corpus_dir, monkeypatch):
+    from ctxbench import scoring
+
+    widths = []
+    real = scoring.head_logits
+
+    def spy(model, hidden):
+        widths.append(hidden.shape[1])
+        return real(model, hidden)
+
+    monkeypatch.setattr(scoring, "head_logits", spy)
+    run_settings(tiny_lm, "ppl", _ppl_settings(corpus_dir, methods=("yarn",), metrics=("kl", "longppl"), chunk=16))
+    assert widths and max(widths) <= 16
+
+
+def test_proxy_metrics_leave_the_perplexity_rows_as_they_are(tiny_lm, corpus_dir):
+    plain = run_settings(tiny_lm, "ppl", _ppl_settings(corpus_dir)).records
+    extended = run_settings(tiny_lm, "ppl", _ppl_settings(corpus_dir, metrics=("kl", "longppl"))).records
+
+    def values(records):
+        return {(r["label"], r["length"], r["doc"], r["metric"], r["pos_start"]): r["value"] for r in records
+                if r["metric"] in ("nll", "ppl", "ppl_lo", "ppl_hi", "nll_pos", "nll_beyond_L")}  # fmt: skip
+
+    assert values(plain) == values(extended)
+
+
+def test_metrics_refuse_sliding_windows(corpus_dir):
+    with pytest.raises(UserError, match="--stride"):
+        ppl.validate(_ppl_settings(corpus_dir, lengths=(100,), stride=50, metrics=("kl",)))
+
+
+# ----------------------------------------------------------------------------------- answer NLL
+
+
+def _answer_reference(lm, label, prompt, answer, seq_len):
+    """Mean NLL of ``answer`` after ``prompt``: one full forward over both, full-vocabulary logits."""
+    with applied(lm.model, lm.geometry, resolve(label), 2.0, seq_len):
+        ids = torch.tensor(list(prompt) + list(answer))
+        logits = _logits(lm.model, ids)[len(prompt) - 1 : -1]  # (k, vocab): the positions predicting the answer
+        return F.cross_entropy(logits, torch.tensor(list(answer)), reduction="none").mean().item()
+
+
+@pytest.mark.parametrize("label", ["none", "yarn", "dynamic-ntk", "rerope"])
+def test_passkey_answer_nll_equals_one_full_forward_per_trial(peaked_lm, label):
+    settings = passkey.Settings(methods=(resolve(label),), factors=(2.0,), lengths=(300,), depths=(0.0, 0.5), trials=3, metrics=("answer_nll",))
+    records = run_settings(peaked_lm, "passkey", settings, seed=3).records
+    tok = peaked_lm.tokenizer
+    for depth in (0.0, 0.5):
+        mine = [r for r in records if float(r["depth"]) == depth]
+        expected = []
+        for t in range(3):
+            p = passkey.build_prompt(tok, 300, depth, passkey.draw_key(3, 300, depth, t, 5))
+            answer = tok(f" {p.key}", add_special_tokens=False)["input_ids"]
+            expected.append(_answer_reference(peaked_lm, label, p.ids, answer, 300 + settings.max_new_tokens))
+            row = next(r for r in mine if r["metric"] == "correct" and r["trial"] == str(t))
+            assert json.loads(row["extra"])["answer_nll"] == pytest.approx(expected[-1], rel=1e-4)
+            assert json.loads(row["extra"])["answer_tokens"] == len(answer)
+        agg = {r["metric"]: float(r["value"]) for r in mine if r["trial"] == "all"}
+        assert agg["answer_nll"] == pytest.approx(sum(expected) / 3, rel=1e-4)
+        assert agg["answer_nll_lo"] <= agg["answer_nll"] <= agg["answer_nll_hi"]
+        assert agg["accuracy"] in (0.0, 1 / 3, 2 / 3, 1.0)  # decoding still runs and is scored
+
+
+def test_niah_answer_nll_equals_one_full_forward_per_trial(peaked_lm):
+    from ctxbench.settings import build_settings
+    from ctxbench.synthetic import build
+
+    settings = build_settings(get("niah"), [resolve("yarn")], 2.0, "800", {"variants": "single_1,multivalue", "trials": 2, "metrics": "answer_nll"})
+    records = run_settings(peaked_lm, "niah", settings).records
+    tok = peaked_lm.tokenizer
+    for variant in ("single_1", "multivalue"):
+        prompts = [build("niah", variant, tok, 800, None, 0, t, False, None, "ruler") for t in range(2)]
+        seq_len = max(800, max(len(p.ids) for p in prompts) + 128)
+        for t, p in enumerate(prompts):
+            answer = tok(" " + ", ".join(p.answers), add_special_tokens=False)["input_ids"]
+            row = next(r for r in records if r["variant"] == variant and r["metric"] == "score" and r["trial"] == str(t))
+            assert json.loads(row["extra"])["answer_nll"] == pytest.approx(_answer_reference(peaked_lm, "yarn", p.ids, answer, seq_len), rel=1e-4)
+
+
+def test_answer_nll_of_one_trial_has_no_interval(tiny_lm):
+    settings = passkey.Settings(methods=(resolve("none"),), factors=(2.0,), lengths=(300,), depths=(0.5,), trials=1, metrics=("answer_nll",))
+    agg = {r["metric"]: r["value"] for r in run_settings(tiny_lm, "passkey", settings).records if r["trial"] == "all"}
+    assert agg["answer_nll_lo"] == "nan" and agg["answer_nll_hi"] == "nan"
+
+
+def test_raising_trials_keeps_the_answer_nll_of_the_trials_already_run(tiny_lm, tmp_path):
+    out = tmp_path / "pk.csv"
+    few = passkey.Settings(methods=(resolve("none"),), factors=(2.0,), lengths=(300,), depths=(0.5,), trials=2, metrics=("answer_nll",))
+    run_settings(tiny_lm, "passkey", few, out=out)
+    first = {r["trial"]: json.loads(r["extra"])["answer_nll"] for r in read_records(out) if r["metric"] == "correct"}
+    run_settings(tiny_lm, "passkey", passkey.Settings(**{**few.__dict__, "trials": 4}), out=out)
+    rows = read_records(out)
+    now = {r["trial"]: json.loads(r["extra"])["answer_nll"] for r in rows if r["metric"] == "correct"}
+    assert set(now) == {"0", "1", "2", "3"} and {t: now[t] for t in first} == first
+    agg = next(float(r["value"]) for r in rows if r["metric"] == "answer_nll" and r["trial"] == "all")
+    assert agg == pytest.approx(sum(now.values()) / 4)
+
+
+# ------------------------------------------------------------------------------ identity, input
+
+
+def test_a_default_run_keeps_its_options_and_cell_keys(tiny_lm, corpus_dir, tmp_path):
+    from ctxbench.identity import cell_key
+
+    out = tmp_path / "pk.csv"
+    default = passkey.Settings(methods=(resolve("none"),), factors=(2.0,), lengths=(300,), depths=(0.5,), trials=1)
+    first = run_settings(tiny_lm, "passkey", default, out=out)
+    assert {r["options"] for r in first.records} == {'{"chat": false, "digits": 5}'}  # as every release wrote it
+    assert {r["options"] for r in read_records(out)} == {'{"chat": false, "digits": 5}'}  # read back without a metrics key
+    again = run_settings(tiny_lm, "passkey", passkey.Settings(**{**default.__dict__, "metrics": ()}), out=out)
+    assert again.ran == 0 and again.skipped == 1  # an explicit empty list is the default: the same cell
+    extended = run_settings(tiny_lm, "passkey", passkey.Settings(**{**default.__dict__, "metrics": ("answer_nll",)}), out=out)
+    assert extended.ran == 1  # a cell of its own
+    keys = {cell_key(r) for r in read_records(out)}
+    assert len(keys) == 2
+    assert {r["options"] for r in extended.records} == {'{"chat": false, "digits": 5, "metrics": ["answer_nll"]}'}
+    ppl_rows = run_settings(tiny_lm, "ppl", _ppl_settings(corpus_dir, methods=("none",), lengths=(32,))).records
+    assert {r["options"] for r in ppl_rows} == {"{}"}
+
+
+def test_metrics_parse_in_a_canonical_order_and_refuse_unknown_names():
+    assert proxy.parse_metrics("kl,longppl", proxy.PPL_METRICS) == ("longppl", "kl")
+    assert proxy.parse_metrics(["kl"], proxy.PPL_METRICS) == ("kl",)
+    assert proxy.parse_metrics([], proxy.PPL_METRICS) == ()
+    with pytest.raises(UserError, match="did you mean 'longppl'"):
+        proxy.parse_metrics("longpl", proxy.PPL_METRICS)
+    with pytest.raises(UserError, match="twice"):
+        proxy.parse_metrics("kl,kl", proxy.PPL_METRICS)
+
+
+def test_a_suite_section_takes_metrics(tmp_path):
+    from ctxbench.suite import load_suite
+
+    path = tmp_path / "s.toml"
+    path.write_text('model = "smollm2-135m"\n[ppl]\nlengths = ["1k"]\nmetrics = ["kl", "longppl"]\n[passkey]\nlengths = ["1k"]\nmetrics = "answer_nll"\n')
+    jobs = {job.task.name: job.settings for job in load_suite(path).jobs}
+    assert jobs["ppl"].metrics == ("longppl", "kl") and jobs["passkey"].metrics == ("answer_nll",)
+
+
+def test_plans_count_the_reference_forwards():
+    ppl_plain = ppl.cost(ppl.Settings(methods=(resolve("yarn"),), factors=(2.0,), lengths=(4096, 8192), docs=2), 4096)
+    ppl_more = ppl.cost(ppl.Settings(methods=(resolve("yarn"),), factors=(2.0,), lengths=(4096, 8192), docs=2, metrics=("longppl", "kl")), 4096)
+    assert ppl_more[:-1] == ppl_plain
+    assert ppl_more[-1].forwards == proxy.evaluator_forwards(8192, 4096, ("longppl", "kl")) * 2
+    pk = passkey.Settings(methods=(resolve("yarn"),), factors=(2.0,), lengths=(1024,), depths=(0.5,), trials=2, metrics=("answer_nll",))
+    items = passkey.cost(pk, 4096)
+    assert len(items) == 2 and items[1].decode_steps == 0 and items[1].forwards == items[0].forwards
