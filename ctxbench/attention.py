@@ -13,27 +13,26 @@ each branch through PyTorch's fused flash-attention kernel, block by block, and 
 by log-sum-exp: about the time of one plain attention. Decoding steps and GPUs use the blocked
 path, whose score blocks are at most ``heads x block x keys`` (about 128 MB in fp32).
 
-Relative position ``p = i - j`` of query ``i`` and key ``j``; window ``w``; trained length ``L``:
+Relative position ``p = i - j`` of query ``i`` and key ``j``; window ``w``; trained length ``L``.
+This module never asks which method it runs: the registry entry (:mod:`ctxbench.methods`) says,
+and :func:`ctxbench.patching.applied` hands its answers over in the :class:`AttentionPlan`.
 
-* ``rerope``       (Su 2023):    ``p`` if ``p < w`` else ``w``
-* ``leaky-rerope`` (Su 2023):    ``p`` if ``p < w`` else ``w + (p - w) / k``
-* ``self-extend``  (Jin et al. 2024, arXiv 2401.01325): ``p`` if ``p < w`` else
-  ``(i // G + w - w // G) - j // G`` (the grouped query is shifted so both parts meet at ``w``)
-* ``logn``: the query at 1-based position ``m > L`` is multiplied by ``log_L(m)``.
-* ``ssmax`` (Scalable-Softmax, arXiv 2501.19399, as Llama 4): the query at 0-based position ``p``
-  is multiplied by ``1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))``.
-
-``logn`` and ``ssmax`` are the log-n family: plain RoPE attention with each query multiplied by a
-factor of its position, which the registry entry computes (``Method.query_scale``); the plan
-carries it as :attr:`AttentionPlan.query_scale`. ``rerope+logn``, ``leaky-rerope+logn`` and
-``self-extend+logn`` (or ``+ssmax``) do both, as ReRoPE's author's code (bojone/rerope, and the
-yarn repository's copy) always does with log-n: every query, in both branches, is multiplied by
-the factor before the positions are applied.
+* A two-branch method (``rerope``, ``leaky-rerope``, ``self-extend``) keeps ``p`` where ``p < w``
+  (the near branch, plain RoPE) and gives far pairs its own positions: its entry's ``far`` says
+  where it puts each query and key and with which frequencies (ReRoPE: every far pair at ``w``;
+  leaky ReRoPE: ``w + (p - w) / k``; Self-Extend: ``(i // G + w - w // G) - j // G``); the plan
+  carries it bound to the method's parameters as :attr:`AttentionPlan.far`.
+* The log-n family (``logn``: the query at 1-based position ``m > L`` times ``log_L(m)``;
+  ``ssmax``, Scalable-Softmax as Llama 4: ``1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))``)
+  is plain RoPE attention with each query multiplied by a factor of its position, which the entry
+  computes (``Method.query_scale``); the plan carries it as :attr:`AttentionPlan.query_scale`.
+  ``rerope+logn``, ``leaky-rerope+logn`` and ``self-extend+logn`` (or ``+ssmax``) do both, as
+  ReRoPE's author's code (bojone/rerope, and the yarn repository's copy) always does with log-n:
+  every query, in both branches, is multiplied by the factor before the positions are applied.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,9 +40,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from .errors import UserError
-from .geometry import RopeGeometry
-from .methods import TWO_BRANCH, logn_query_scale
+from .methods import logn_query_scale
 
 NAME = "ctxbench"
 # Elements of one fp32 score block (heads x block x keys): 2**25 floats = 128 MB.
@@ -56,51 +53,19 @@ FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")
 NEAR_BLOCK = 512
 
 
-def attention_defaults(name: str, params: dict, geom: RopeGeometry, factor: float) -> dict:
-    """Fill the parameters derived from ``L`` and ``s``.
-
-    Default window ``w = L/4``: the neighbours keep exact positions over a quarter of the trained
-    context, leaving three quarters of the trained position range for the compressed far part.
-    The default ``k`` (leaky) and ``G`` (self-extend) are the smallest that keep the largest
-    position the model sees at ``s*L`` tokens within ``L``: ``(s*L - w) / (L - w)``.
-    """
-    L = geom.trained_len
-    out = dict(params)
-    if name in ("rerope", "leaky-rerope", "self-extend"):
-        if out.get("window") is None:
-            out["window"] = max(1, L // 4)
-        window = int(out["window"])
-        if window <= 0:
-            raise UserError(f"{name} window {window} must be >= 1", f"pass --param window=N with 1 <= N < {L}")
-        out["window"] = window
-        needed = max(1.0, (factor * L - window) / max(1, L - window))
-        if name == "leaky-rerope" and out.get("k") is None:
-            out["k"] = needed
-        if name == "leaky-rerope" and not float(out["k"]) >= 1:
-            raise UserError(f"leaky-rerope k={out['k']} must be >= 1", "pass --param k=2 (slope 1/k beyond the window)")
-        if name == "self-extend" and out.get("group") is None:
-            out["group"] = int(math.ceil(needed))
-        if name == "self-extend" and (int(out["group"]) != out["group"] or int(out["group"]) < 1):
-            raise UserError(f"self-extend group {out['group']} must be a whole number >= 1", "pass --param group=4")
-        if name == "self-extend":
-            out["group"] = int(out["group"])
-        if name == "leaky-rerope":
-            out["k"] = float(out["k"])
-    return out
-
-
 @dataclass(frozen=True)
 class AttentionPlan:
-    """What :func:`ctxbench_attention` needs: the method, its frequencies and parameters."""
+    """What :func:`ctxbench_attention` needs: the frequencies, and what the method's entry says about
+    queries (``query_scale``) and far keys (``far``), bound to its parameters."""
 
-    kind: str  # logn | ssmax | rerope | leaky-rerope | self-extend
     inv_freq: torch.Tensor  # (d/2,) float32
     scale: float  # multiplies cos and sin
     rotary_dim: int
     trained_len: int
-    window: int = 0
-    k: float = 1.0
-    group: int = 1
+    window: int = 0  # a two-branch method's w: keys at i - j < w are near
+    # (q_pos, k_pos, inv_freq) -> (query positions, key positions, inverse frequencies) of the far
+    # branch of a two-branch method (``methods.far_positions``); None: one branch, plain RoPE
+    far: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
     # 0-based query positions -> the factor multiplying each query (float32), for the log-n family
     # (``logn``, ``ssmax``) alone or stacked on a two-branch method; None: queries as they are
     query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -178,18 +143,9 @@ def _two_branch_attention(plan, q, k, v, scaling, q_pos, k_pos):
         q = _scale_queries(q, plan.query_scale(q_pos))
     near_q = rotate(q, q_pos, inv, scale, rd)  # (b, h, n_q, d)
     near_k = rotate(k, k_pos, inv, scale, rd)  # (b, kv, n_k, d)
-    if plan.kind == "rerope":
-        far_q = rotate(q, torch.full_like(q_pos, w), inv, scale, rd)
-        far_k = rotate(k, torch.zeros_like(k_pos), inv, scale, rd)
-    elif plan.kind == "leaky-rerope":
-        # angle theta/k * ((i + w*(k-1)) - j) = theta * (w + (i - j - w)/k)
-        slow = inv / plan.k
-        far_q = rotate(q, q_pos.double() + w * (plan.k - 1), slow, scale, rd)
-        far_k = rotate(k, k_pos, slow, scale, rd)
-    else:  # self-extend
-        g = plan.group
-        far_q = rotate(q, q_pos // g + w - w // g, inv, scale, rd)
-        far_k = rotate(k, k_pos // g, inv, scale, rd)
+    far_q_pos, far_k_pos, far_inv = plan.far(q_pos, k_pos, inv)  # the method's far positions
+    far_q = rotate(q, far_q_pos, far_inv, scale, rd)
+    far_k = rotate(k, far_k_pos, far_inv, scale, rd)
     if q.device.type in FUSED_DEVICES and n_q > 1:  # prefill or a long suffix: the shared block partition
         return _fused(w, q, k, v, scaling, q_pos, far_q, far_k, near_q, near_k)
     return _blocked(w, q, k, v, scaling, q_pos, k_pos, far_q, far_k, near_q, near_k)
@@ -347,7 +303,7 @@ def ctxbench_attention(module, query, key, value, attention_mask, scaling=None, 
     n_q, n_k = query.shape[2], key.shape[2]
     k_pos = torch.arange(n_k, device=query.device)
     q_pos = k_pos[n_k - n_q :]
-    if plan.kind in TWO_BRANCH:
+    if plan.far is not None:
         out = _two_branch_attention(plan, query, key, value, scaling, q_pos, k_pos)
     else:  # the log-n family
         out = _scaled_attention(plan, query, key, value, scaling, q_pos, k_pos)

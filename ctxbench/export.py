@@ -8,45 +8,44 @@
   ``--yarn-beta-fast``, ``--yarn-beta-slow``, ``--ctx-size``);
 * ``json``: ctxbench's own description (method, factor, every parameter, geometry) — any method.
 
-What an engine cannot express is one :class:`UserError` naming what it supports. Two naming traps
-are handled here: transformers' yarn ``attention_factor`` (which ctxbench follows) *replaces*
-``0.1 ln s + 1``, while vLLM's and llama.cpp's ``attn_factor`` (as the yarn repository's) *multiplies*
-it, so a chosen ``attention_factor`` ``a`` is exported to them as ``a / (0.1 ln s + 1)``.
+Each method's registry entry says how each engine takes it (``Method.exports`` in
+:mod:`ctxbench.methods`: a function giving the engine's fields or flags, or the reason it cannot,
+such as the yarn ``attention_factor`` trap: transformers' (which ctxbench follows) *replaces*
+``0.1 ln s + 1``, vLLM's and llama.cpp's ``attn_factor`` *multiplies* it). This module adds what
+every method shares and never asks a method's name. What an engine cannot express is one
+:class:`UserError` naming what it supports.
 
-Nothing heavy is imported at module import time (torch and transformers load inside functions).
+Nothing heavy is imported at module import time (the registry, torch and transformers load inside functions).
 """
 
 from __future__ import annotations
 
 import json
-import math
 
 from .errors import UserError, unknown
 
-ENGINES = ("transformers", "vllm", "llamacpp", "json")
-# What each engine can express, for the error when it cannot.
-SUPPORTED = {
-    "transformers": ("none", "native", "linear", "ntk", "ntk-alpha", "theta", "dynamic-ntk", "yarn", "llama3", "longrope"),
-    "vllm": ("none", "native", "linear", "ntk", "ntk-alpha", "theta", "yarn", "llama3", "longrope"),
-    "llamacpp": ("none", "linear", "ntk", "ntk-alpha", "theta", "yarn"),
-    "json": ("every method",),
-}
-VLLM_ROPE_TYPES = ("default", "linear", "yarn", "llama3", "longrope")
-WHY = {
-    ("vllm", "dynamic-ntk"): "vLLM's 'dynamic' fixes the base once, at s*L tokens, instead of per sequence length",
-    ("llamacpp", "dynamic-ntk"): "llama.cpp has no dynamic NTK",
-    ("llamacpp", "llama3"): "llama.cpp applies Llama 3.1 scaling from the GGUF file's rope_freqs tensor, written at conversion, not from flags",
-    ("llamacpp", "longrope"): "llama.cpp applies LongRoPE from the GGUF file's rope factor tensors, written at conversion, not from flags",
-    ("llamacpp", "native"): "llama.cpp reads the model's own scaling from its GGUF file: pass no rope flags",
-    ("transformers", "ntk-mixed"): "transformers has no rope type with NTK-RoPE-mixed's per-pair factors exp(a*m^b)",
-    ("vllm", "ntk-mixed"): "ctxbench exports only vLLM rope types it checks against transformers "
-                           "(vLLM's own 'ntk' type with mixed_b computes it, untested here)",
-    ("llamacpp", "ntk-mixed"): "llama.cpp has no per-pair NTK-RoPE-mixed factors",
-}  # fmt: skip
+SERVING_ENGINES = ("transformers", "vllm", "llamacpp")  # the fields of methods.Exports
+ENGINES = (*SERVING_ENGINES, "json")
 
 
-def _yarn_mscale(s: float) -> float:
-    return 1.0 if s <= 1 else 0.1 * math.log(s) + 1.0
+def supported(engine: str) -> tuple[str, ...]:
+    """The methods ``engine`` can express, for the error when it cannot (every method for ``json``)."""
+    from .methods import exportable
+
+    return ("every method",) if engine == "json" else exportable(engine)
+
+
+def __getattr__(name: str):
+    """``SUPPORTED`` (engine -> :func:`supported`) and ``WHY`` ((engine, method) -> the reason it
+    cannot express it): views of the registry's entries, built when asked."""
+    if name == "SUPPORTED":
+        return {engine: supported(engine) for engine in ENGINES}
+    if name == "WHY":
+        from .methods import METHODS
+
+        return {(engine, n): m.exports.refusal(engine) for n, m in METHODS.items() for engine in SERVING_ENGINES
+                if m.exports.refusal(engine)}  # fmt: skip
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _geometry(model, head_dim, base, trained_len, trust_remote_code):
@@ -67,74 +66,31 @@ def rope_parameters(setting, geom, factor: float) -> tuple[dict, int | None]:
 
     Raises :class:`UserError` for methods transformers cannot express.
     """
-    from .methods import _longrope_factors, native_rope
+    reason = setting.export_refusal("transformers")
+    if reason is not None:
+        raise _cannot("transformers", setting, reason)
+    return _rope_fields(setting, geom, factor)
 
-    name, p, L, d = setting.freq.name, setting.freq_params(), geom.trained_len, geom.rotary_dim
+
+def _rope_fields(setting, geom, factor: float) -> tuple[dict, int | None]:
+    """The frequency method's transformers fields over the base (and partial rotary factor) every method has."""
     out: dict = {"rope_theta": geom.base}
     if geom.rotary_dim != geom.head_dim:
         out["partial_rotary_factor"] = geom.rotary_dim / geom.head_dim
-    longer = int(round(factor * L))
-    if name == "none":
-        return {**out, "rope_type": "default"}, None
-    if name == "native":  # the model as shipped: its own rope parameters and length
-        return {**out, **native_rope(geom)}, geom.max_positions or None
-    if name == "linear":
-        return {**out, "rope_type": "linear", "factor": factor}, None
-    if name == "ntk":  # NTK-aware scaling is plain RoPE with a larger base
-        return {**out, "rope_type": "default", "rope_theta": geom.base * factor ** (d / (d - 2))}, None
-    if name == "ntk-alpha":  # Hunyuan's alpha: the same, with the ratio alpha given
-        return {**out, "rope_type": "default", "rope_theta": _alpha_base(p, geom)}, None
-    if name == "theta":
-        if p.get("theta") is None:
-            raise UserError("method 'theta' needs a new base", "pass --param theta=1000000")
-        return {**out, "rope_type": "default", "rope_theta": float(p["theta"])}, None
-    if name == "dynamic-ntk":  # transformers' dynamic takes L from max_position_embeddings
-        return {**out, "rope_type": "dynamic", "factor": factor}, L
-    if name == "yarn":
-        rope = {**out, "rope_type": "yarn", "factor": factor, "original_max_position_embeddings": L,
-                "beta_fast": float(p["beta_fast"]), "beta_slow": float(p["beta_slow"]), "truncate": bool(p["truncate"])}  # fmt: skip
-        if p.get("attention_factor") is not None:
-            rope["attention_factor"] = float(p["attention_factor"])
-        return rope, longer
-    if name == "llama3":
-        return {**out, "rope_type": "llama3", "factor": factor, "original_max_position_embeddings": L,
-                "low_freq_factor": float(p["low_freq_factor"]), "high_freq_factor": float(p["high_freq_factor"])}, longer  # fmt: skip
-    if name == "longrope":
-        long, short = _longrope_factors(geom, p.get("factors"))
-        rope = {**out, "rope_type": "longrope", "factor": factor, "original_max_position_embeddings": L,
-                "long_factor": [float(x) for x in long], "short_factor": [float(x) for x in short]}  # fmt: skip
-        if p.get("attention_factor") is not None:
-            rope["attention_factor"] = float(p["attention_factor"])
-        return rope, longer
-    raise _cannot("transformers", setting)
+    fields, max_pos = setting.freq.exports.transformers(setting.freq_params(), geom, factor)
+    return {**out, **fields}, max_pos
 
 
-def _alpha_base(p: dict, geom) -> float:
-    """ntk-alpha's base ``b * alpha^(d/(d-2))``."""
-    if p.get("scaling_alpha") is None:
-        raise UserError("method 'ntk-alpha' needs its alpha", "pass --param scaling_alpha=1000")
-    d = geom.rotary_dim
-    return geom.base * float(p["scaling_alpha"]) ** (d / (d - 2))
-
-
-def _cannot(engine: str, setting) -> UserError:
+def _cannot(engine: str, setting, why: str) -> UserError:
     name = setting.name if setting.attention is not None else setting.freq.name
-    why = WHY.get((engine, name))
-    if setting.attention is not None:
-        why = "it changes attention itself (ctxbench's own attention function), which no serving engine has"
-    elif why is None and name in ("ntk-by-parts", "dynamic-yarn"):
-        why = {
-            "ntk-by-parts": "its ramp is linear in L/lambda (the YaRN paper), not in the pair index as every engine's yarn",
-            "dynamic-yarn": "the engines' yarn has a fixed factor",
-        }[name]
     return UserError(
         f"{engine} cannot express method '{name}'" + (f": {why}" if why else ""),
-        f"{engine} supports: {', '.join(SUPPORTED[engine])} (or export --to json)",
+        f"{engine} supports: {', '.join(supported(engine))} (or export --to json)",
     )
 
 
 def _transformers(setting, geom, factor) -> dict:
-    rope, max_pos = rope_parameters(setting, geom, factor)
+    rope, max_pos = _rope_fields(setting, geom, factor)
     v5: dict = {"rope_parameters": rope}
     v4: dict = {"rope_theta": rope["rope_theta"]}
     scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
@@ -147,23 +103,8 @@ def _transformers(setting, geom, factor) -> dict:
 
 
 def _vllm(setting, geom, factor) -> dict:
-    if setting.attention is not None or setting.freq.name not in SUPPORTED["vllm"]:
-        raise _cannot("vllm", setting)
-    rope, max_pos = rope_parameters(setting, geom, factor)
-    rope = dict(rope)
-    if rope["rope_type"] not in VLLM_ROPE_TYPES:  # native: the config's own type
-        raise UserError(
-            f"vllm cannot express this model's own RoPE type '{rope['rope_type']}'"
-            + (f": {WHY[('vllm', 'dynamic-ntk')]}" if rope["rope_type"] == "dynamic" else ""),
-            f"vllm supports rope types: {', '.join(VLLM_ROPE_TYPES)}",
-        )
-    if rope["rope_type"] == "yarn":
-        a = rope.pop("attention_factor", None)
-        if a is not None:  # vLLM's attn_factor multiplies 0.1 ln s + 1; transformers' attention_factor replaces it
-            rope["attn_factor"] = a / _yarn_mscale(factor)
-        if rope.get("truncate", True):
-            rope.pop("truncate", None)  # the default everywhere
-    overrides: dict = {"rope_parameters": rope}
+    rope, max_pos = _rope_fields(setting, geom, factor)
+    overrides: dict = {"rope_parameters": setting.freq.exports.vllm(rope, factor)}
     if max_pos is not None:
         overrides["max_position_embeddings"] = max_pos
     model_len = max_pos or int(round(factor * geom.trained_len))
@@ -171,33 +112,9 @@ def _vllm(setting, geom, factor) -> dict:
 
 
 def _llamacpp(setting, geom, factor) -> list[str]:
-    if setting.attention is not None or setting.freq.name not in SUPPORTED["llamacpp"]:
-        raise _cannot("llamacpp", setting)
-    p, L, d, name = setting.freq_params(), geom.trained_len, geom.rotary_dim, setting.freq.name
-    ctx = int(round(factor * L))
-    if name == "none":
-        return ["--rope-scaling", "none", "--rope-freq-base", _num(geom.base), "--ctx-size", str(ctx)]
-    if name == "linear":
-        return ["--rope-scaling", "linear", "--rope-scale", _num(factor), "--rope-freq-base", _num(geom.base), "--ctx-size", str(ctx)]
-    if name in ("ntk", "ntk-alpha", "theta"):
-        new_base = {"ntk": lambda: geom.base * factor ** (d / (d - 2)), "ntk-alpha": lambda: _alpha_base(p, geom),
-                    "theta": lambda: p.get("theta")}[name]()  # fmt: skip
-        if new_base is None:
-            raise UserError("method 'theta' needs a new base", "pass --param theta=1000000")
-        return ["--rope-scaling", "none", "--rope-freq-base", _num(float(new_base)), "--ctx-size", str(ctx)]
-    # yarn: llama.cpp's ramp floors/ceils the correction dims (truncate) and multiplies --yarn-attn-factor in
-    if not p.get("truncate", True):
-        raise UserError(
-            "llamacpp cannot express yarn with truncate=false: it always rounds the correction range to whole dims",
-            "export yarn with the default truncate=true, or --to transformers",
-        )
-    attn = 1.0 if p.get("attention_factor") is None else float(p["attention_factor"]) / _yarn_mscale(factor)
-    return [
-        "--rope-scaling", "yarn", "--rope-scale", _num(factor), "--rope-freq-base", _num(geom.base),
-        "--yarn-orig-ctx", str(L), "--yarn-ext-factor", "1", "--yarn-attn-factor", _num(attn),
-        "--yarn-beta-fast", _num(float(p["beta_fast"])), "--yarn-beta-slow", _num(float(p["beta_slow"])),
-        "--ctx-size", str(ctx),
-    ]  # fmt: skip
+    flags = setting.freq.exports.llamacpp(setting.freq_params(), geom, factor)
+    flags = {**flags, "--ctx-size": int(round(factor * geom.trained_len))}
+    return [text for flag, value in flags.items() for text in (flag, value if isinstance(value, str) else _num(value))]
 
 
 def _num(x: float) -> str:
@@ -236,8 +153,9 @@ def export_settings(method: str, factor, to: str, model: str | None = None, head
             "method": setting.name, "factor": s, "method_params": effective_params(setting, geom, s),
             "geometry": {"head_dim": geom.head_dim, "rotary_dim": geom.rotary_dim, "base": geom.base, "trained_len": geom.trained_len},
         }  # fmt: skip
-    if setting.attention is not None:
-        raise _cannot(engine, setting)
+    reason = setting.export_refusal(engine)
+    if reason is not None:
+        raise _cannot(engine, setting, reason)
     return {"transformers": _transformers, "vllm": _vllm, "llamacpp": _llamacpp}[engine](setting, geom, s)
 
 

@@ -1,4 +1,4 @@
-"""The RoPE scaling-method registry.
+"""The RoPE scaling-method registry: a method is one object, its entry in ``METHODS``.
 
 Every frequency-level method is one pure function
 
@@ -7,18 +7,23 @@ Every frequency-level method is one pure function
 returning the ``d/2`` inverse frequencies as a float32 array of the namespace ``xp`` (torch when
 a model is patched, NumPy for ``ctxbench freqs``; the same op order as transformers'
 ``ROPE_INIT_FUNCTIONS`` so the torch result agrees with it to the last bit) and the factor that multiplies cos and
-sin (so attention logits are multiplied by its square). ``METHODS`` maps a name to the function
-plus what the CLI shows about it; adding a method is one function and one entry.
+sin (so attention logits are multiplied by its square). ``METHODS`` maps a name to a :class:`Method`
+carrying everything about it: that function or what the attention path needs, what the CLI shows,
+its parameters (:class:`Param`, declared once), the defaults it derives from the model and factor,
+where it applies, and how each serving engine takes it (:class:`Exports`). No other module tells
+methods apart by name (``tests/test_method_objects.py`` scans for it): adding a method is its
+functions and one entry here (docs/design.md, "How a method plugs in").
 
 Attention-level methods (``logn``, ``ssmax``, ``rerope``, ``leaky-rerope``, ``self-extend``) are
-entries too, with ``attention=True``; their maths lives in :mod:`ctxbench.attention`. They combine
-with one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``, ``yarn+ssmax``). The log-n family
-(``logn``, ``ssmax``) only multiplies each query by a factor of its position, a pure function the
-entry carries (``query_scale``); a two-branch method also takes one of them, as ReRoPE's author
-always used log-n: ``rerope+logn``, ``ntk+rerope+logn``, ``rerope+ssmax``.
+entries too, with ``attention=True``; :mod:`ctxbench.attention` runs them from what the entry gives.
+They combine with one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``, ``yarn+ssmax``). The log-n
+family (``logn``, ``ssmax``) only multiplies each query by a factor of its position, a pure function
+the entry carries (``query_scale``); a two-branch method carries where its far branch puts queries
+and keys (``far``), and also takes one of the log-n family, as ReRoPE's author always used log-n:
+``rerope+logn``, ``ntk+rerope+logn``, ``rerope+ssmax``.
 
 ``native`` is the model as shipped: the config's own RoPE scaling, computed by transformers.
-Models without RoPE run only ``none`` and ``native`` (:func:`check_applicable`).
+Models without RoPE run only the baselines ``none`` and ``native`` (:func:`check_applicable`).
 
 Notation (README "Methods"): rotary dim ``d``, base ``b``, trained context ``L``, factor ``s``, pair
 ``i = 0..d/2-1``, ``theta_i = b^(-2i/d)``, wavelength ``lambda_i = 2*pi/theta_i``, current length ``l``.
@@ -31,6 +36,7 @@ import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +87,15 @@ def linear_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tupl
     return inv_freq, 1.0
 
 
-def ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
-    """NTK-aware scaling: base ``b * s^(d/(d-2))`` (bloc97, 2023; YaRN paper sec. 3.1)."""
+def ntk_base(geom: RopeGeometry, factor: float) -> float:
+    """NTK-aware scaling's base ``b * s^(d/(d-2))`` (bloc97, 2023; YaRN paper sec. 3.1)."""
     d = geom.rotary_dim
-    return _inv_freq(geom.base * factor ** (d / (d - 2)), geom, xp), 1.0
+    return geom.base * factor ** (d / (d - 2))
+
+
+def ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
+    """NTK-aware scaling: plain RoPE with the base :func:`ntk_base`."""
+    return _inv_freq(ntk_base(geom, factor), geom, xp), 1.0
 
 
 def dynamic_ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
@@ -300,10 +311,15 @@ def ntk_alpha_freqs(
     a42938c2e7432785b64b436dd8b9905ad854cbb1), with ``d`` the rotary dim (transformers' HunYuan code
     uses the head dim, the same number for every full-rotary model). The factor is not used:
     ``alpha`` is not a length ratio in Hunyuan's configs, and with ``alpha = s`` this is ``ntk``."""
+    return _inv_freq(alpha_base(geom, scaling_alpha), geom, xp), 1.0
+
+
+def alpha_base(geom: RopeGeometry, scaling_alpha: float | None) -> float:
+    """``ntk-alpha``'s base ``b * alpha^(d/(d-2))``."""
     if scaling_alpha is None:  # a bare resolve("ntk-alpha"); resolve(..., runnable=True) refuses it
         raise UserError("method 'ntk-alpha' needs its alpha", "pass --param scaling_alpha=1000")
     d = geom.rotary_dim
-    return _inv_freq(geom.base * float(scaling_alpha) ** (d / (d - 2)), geom, xp), 1.0
+    return geom.base * float(scaling_alpha) ** (d / (d - 2))
 
 
 # Query scales: the log-n family (attention-level methods that multiply the query at 0-based
@@ -329,6 +345,71 @@ def ssmax_query_scale(
     NoPE layers, ctxbench on every layer's rotated queries."""
     p = xp.astype(positions, xp.float32)
     return xp.log1p(xp.floor((p + 1.0) / floor_scale)) * attn_scale + 1.0
+
+
+# Two-branch methods (``rerope``, ``leaky-rerope``, ``self-extend``): query ``i`` sees key ``j`` at its
+# exact relative position ``i - j`` while ``i - j < w`` (the near branch) and at the method's own
+# beyond it (the far branch). :mod:`ctxbench.attention` runs the two branches; an entry gives what
+# differs: its parameters after the defaults derived from ``L`` and ``s`` (``derive``), and the
+# positions and frequencies the far branch rotates queries and keys by (``far``), a pure function of
+# integer position arrays of the namespace ``xp``.
+
+
+def _window(method: str, params: dict, trained_len: int) -> int:
+    """The window ``w``, ``L/4`` by default: the neighbours keep exact positions over a quarter of the
+    trained context, leaving three quarters of the trained position range for the compressed far part."""
+    window = params.get("window")
+    window = int(max(1, trained_len // 4) if window is None else window)
+    if window <= 0:
+        raise UserError(f"{method} window {window} must be >= 1", f"pass --param window=N with 1 <= N < {trained_len}")
+    return window
+
+
+def _compression(window: int, trained_len: int, factor: float) -> float:
+    """The least compression of the far part that keeps the largest position the model sees at
+    ``s*L`` tokens within ``L``: ``max(1, (s*L - w) / (L - w))`` (the default ``k`` and ``G``)."""
+    return max(1.0, (factor * trained_len - window) / max(1, trained_len - window))
+
+
+def rerope_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """ReRoPE's window after its default (``L/4``)."""
+    return {**params, "window": _window("rerope", params, geom.trained_len)}
+
+
+def rerope_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp, window: int) -> tuple[Array, Array, Array]:
+    """ReRoPE (Su 2023): every far pair at relative position ``w`` (the query at ``w``, the key at 0)."""
+    return xp.full_like(q_pos, window), xp.zeros_like(k_pos), inv_freq
+
+
+def leaky_rerope_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """Leaky ReRoPE's window (``L/4``) and ``k`` (the least that keeps ``s*L`` within ``L``)."""
+    window = _window("leaky-rerope", params, geom.trained_len)
+    k = _compression(window, geom.trained_len, factor) if params.get("k") is None else params["k"]
+    if not float(k) >= 1:
+        raise UserError(f"leaky-rerope k={k} must be >= 1", "pass --param k=2 (slope 1/k beyond the window)")
+    return {**params, "window": window, "k": float(k)}
+
+
+def leaky_rerope_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp, window: int, k: float) -> tuple[Array, Array, Array]:
+    """Leaky ReRoPE (Su 2023): relative position ``w + (i - j - w)/k``, as the angle
+    ``theta/k * ((i + w*(k-1)) - j)``: the query at ``i + w(k-1)`` (float64), the key at ``j``, ``theta/k``."""
+    return xp.astype(q_pos, xp.float64) + window * (k - 1), k_pos, inv_freq / k
+
+
+def self_extend_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """Self-Extend's window (``L/4``) and group ``G`` (the least whole one that keeps ``s*L`` within ``L``)."""
+    window = _window("self-extend", params, geom.trained_len)
+    group = params.get("group")
+    group = int(math.ceil(_compression(window, geom.trained_len, factor))) if group is None else group
+    if int(group) != group or int(group) < 1:
+        raise UserError(f"self-extend group {group} must be a whole number >= 1", "pass --param group=4")
+    return {**params, "window": window, "group": int(group)}
+
+
+def self_extend_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp, window: int, group: int) -> tuple[Array, Array, Array]:
+    """Self-Extend (Jin et al., arXiv 2401.01325) with LongLM's corrected floor division: the query at
+    ``i // G + w - w // G`` (shifted so both parts meet at ``w``), the key at ``j // G``."""
+    return q_pos // group + window - window // group, k_pos // group, inv_freq
 
 
 class _RopeConfig:
@@ -373,6 +454,186 @@ def native_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tupl
         )
     inv_freq, scale = fn(_RopeConfig(geom, rope), "cpu", seq_len=int(seq_len))
     return xp.asarray(inv_freq.float().numpy()), float(scale)  # torch or NumPy, as asked
+
+
+def native_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """What ``native`` uses: the config's own RoPE type and parameters, as shipped; on a model without
+    RoPE, the kind of positions it has (``absolute``, ``alibi``)."""
+    if not geom.has_rope:
+        return {"position": geom.position}
+    return {**params, **native_rope(geom)}
+
+
+def native_dynamic(geom: RopeGeometry) -> bool:
+    """``native`` depends on the sequence length only where the config's rope type does."""
+    return geom.has_rope and native_rope(geom)["rope_type"] in DYNAMIC_ROPE_TYPES
+
+
+def longrope_check(params: dict, geom: RopeGeometry) -> None:
+    """LongRoPE factors the user gave must number ``d/2``, which only the geometry tells."""
+    factors = params.get("factors")
+    if factors is not None and len(_longrope_factors(geom, factors)[0]) != geom.pairs:
+        raise _factor_count_error(len(_longrope_factors(geom, factors)[0]), geom)
+
+
+# Engine exports (``ctxbench export``, :mod:`ctxbench.export`): per engine, a function giving what the
+# engine needs to compute the method, or the reason it cannot. export.py adds what every method shares
+# (the base and partial rotary factor, the context length, the engine's own format).
+
+# What the attention-level methods tell every engine.
+ATTENTION_REFUSAL = "it changes attention itself (ctxbench's own attention function), which no serving engine has"
+# vLLM's rope types ctxbench exports (each checked against transformers' computation of the same type).
+VLLM_ROPE_TYPES = ("default", "linear", "yarn", "llama3", "longrope")
+DYNAMIC_IN_VLLM = "vLLM's 'dynamic' fixes the base once, at s*L tokens, instead of per sequence length"
+
+
+@dataclass(frozen=True)
+class Exports:
+    """How ``ctxbench export`` writes one method for each serving engine. Each field is a function,
+    or the reason the engine cannot express the method (``""``: it cannot, no reason given):
+
+    * ``transformers(params, geom, factor) -> (fields, max_position_embeddings or None)``: the
+      ``rope_parameters`` fields over ``{"rope_theta": b}`` (v5; the 4.x ``rope_scaling`` is derived);
+    * ``vllm(rope_parameters, factor) -> rope_parameters``: transformers' fields as vLLM's
+      ``--hf-overrides`` reads them (the same dict where the two agree);
+    * ``llamacpp(params, geom, factor) -> {flag: value}``: ``llama-server`` flags but ``--ctx-size``.
+    """
+
+    transformers: Callable | str = ""
+    vllm: Callable | str = ""
+    llamacpp: Callable | str = ""
+
+    @classmethod
+    def refused(cls, reason: str) -> Exports:
+        """No engine can express it, for one reason."""
+        return cls(reason, reason, reason)
+
+    def refusal(self, engine: str) -> str | None:
+        """None when ``engine`` can express the method, else why not (``""``: no reason given)."""
+        how = getattr(self, engine)
+        return None if callable(how) else how
+
+
+def same_in_vllm(rope: dict, factor: float) -> dict:
+    """vLLM reads these ``rope_parameters`` as transformers does."""
+    return dict(rope)
+
+
+def _rebased_rope(base_of: Callable, params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, None]:
+    return {"rope_type": "default", "rope_theta": base_of(params, geom, factor)}, None
+
+
+def _rebased_flags(base_of: Callable, params: dict, geom: RopeGeometry, factor: float) -> dict:
+    return {"--rope-scaling": "none", "--rope-freq-base": base_of(params, geom, factor)}
+
+
+def rebased(base_of: Callable[[dict, RopeGeometry, float], float]) -> Exports:
+    """A method that is plain RoPE with the base ``base_of(params, geom, factor)`` (``none``, ``ntk``,
+    ``ntk-alpha``, ``theta``): every engine takes it as a new base, no rope type."""
+    return Exports(partial(_rebased_rope, base_of), same_in_vllm, partial(_rebased_flags, base_of))
+
+
+def _base_of_none(params: dict, geom: RopeGeometry, factor: float) -> float:
+    return geom.base
+
+
+def _base_of_ntk(params: dict, geom: RopeGeometry, factor: float) -> float:
+    return ntk_base(geom, factor)
+
+
+def _base_of_ntk_alpha(params: dict, geom: RopeGeometry, factor: float) -> float:
+    return alpha_base(geom, params.get("scaling_alpha"))
+
+
+def _base_of_theta(params: dict, geom: RopeGeometry, factor: float) -> float:
+    if params.get("theta") is None:
+        raise UserError("method 'theta' needs a new base", "pass --param theta=1000000")
+    return float(params["theta"])
+
+
+def linear_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, None]:
+    return {"rope_type": "linear", "factor": factor}, None
+
+
+def linear_flags(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    return {"--rope-scaling": "linear", "--rope-scale": factor, "--rope-freq-base": geom.base}
+
+
+def dynamic_ntk_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    """transformers' ``dynamic`` takes ``L`` from ``max_position_embeddings``."""
+    return {"rope_type": "dynamic", "factor": factor}, geom.trained_len
+
+
+def yarn_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    """transformers' ``yarn``, whose ``attention_factor`` replaces ``0.1 ln s + 1`` as ctxbench's does."""
+    L = geom.trained_len
+    rope = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": L,
+            "beta_fast": float(params["beta_fast"]), "beta_slow": float(params["beta_slow"]), "truncate": bool(params["truncate"])}  # fmt: skip
+    if params.get("attention_factor") is not None:
+        rope["attention_factor"] = float(params["attention_factor"])
+    return rope, int(round(factor * L))
+
+
+def yarn_vllm(rope: dict, factor: float) -> dict:
+    """vLLM's yarn: its ``attn_factor`` (as the yarn repository's) *multiplies* ``0.1 ln s + 1`` where
+    transformers' ``attention_factor`` replaces it, so ``a`` is written ``a / (0.1 ln s + 1)``;
+    ``truncate=true`` is its default and left out."""
+    rope = dict(rope)
+    a = rope.pop("attention_factor", None)
+    if a is not None:
+        rope["attn_factor"] = a / _yarn_mscale(factor)
+    if rope.get("truncate", True):
+        rope.pop("truncate", None)  # the default everywhere
+    return rope
+
+
+def yarn_flags(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """llama.cpp's yarn: its ramp floors/ceils the correction dims (``truncate``) and
+    ``--yarn-attn-factor`` multiplies ``0.1 ln s + 1``."""
+    if not params.get("truncate", True):
+        raise UserError(
+            "llamacpp cannot express yarn with truncate=false: it always rounds the correction range to whole dims",
+            "export yarn with the default truncate=true, or --to transformers",
+        )
+    a = params.get("attention_factor")
+    return {
+        "--rope-scaling": "yarn", "--rope-scale": factor, "--rope-freq-base": geom.base,
+        "--yarn-orig-ctx": geom.trained_len, "--yarn-ext-factor": "1",
+        "--yarn-attn-factor": 1.0 if a is None else float(a) / _yarn_mscale(factor),
+        "--yarn-beta-fast": float(params["beta_fast"]), "--yarn-beta-slow": float(params["beta_slow"]),
+    }  # fmt: skip
+
+
+def llama3_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    L = geom.trained_len
+    return {"rope_type": "llama3", "factor": factor, "original_max_position_embeddings": L,
+            "low_freq_factor": float(params["low_freq_factor"]), "high_freq_factor": float(params["high_freq_factor"])}, int(round(factor * L))  # fmt: skip
+
+
+def longrope_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    L = geom.trained_len
+    long, short = _longrope_factors(geom, params.get("factors"))
+    rope = {"rope_type": "longrope", "factor": factor, "original_max_position_embeddings": L,
+            "long_factor": [float(x) for x in long], "short_factor": [float(x) for x in short]}  # fmt: skip
+    if params.get("attention_factor") is not None:
+        rope["attention_factor"] = float(params["attention_factor"])
+    return rope, int(round(factor * L))
+
+
+def native_export(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int | None]:
+    """The model as shipped: its own rope parameters and length."""
+    return native_rope(geom), geom.max_positions or None
+
+
+def native_vllm(rope: dict, factor: float) -> dict:
+    """The config's own rope type, where vLLM has it."""
+    rope_type = rope["rope_type"]
+    if rope_type not in VLLM_ROPE_TYPES:
+        raise UserError(
+            f"vllm cannot express this model's own RoPE type '{rope_type}'" + (f": {DYNAMIC_IN_VLLM}" if rope_type == "dynamic" else ""),
+            f"vllm supports rope types: {', '.join(VLLM_ROPE_TYPES)}",
+        )
+    return yarn_vllm(rope, factor) if rope_type == "yarn" else dict(rope)
 
 
 KINDS = ("float", "int", "length", "bool", "choice", "factors")
@@ -555,11 +816,13 @@ LONGROPE_FACTORS = Param("factors", None, "factors", "LongRoPE's searched per-pa
 
 @dataclass(frozen=True, eq=False)  # registry entries are singletons: identity equality and hash
 class Method:
-    """One registry entry: the pure function, what ``ctxbench methods`` shows about it, and its
-    parameters, each declared once (:class:`Param`)."""
+    """One registry entry: everything about one method. Its maths (the frequency function, or what
+    the attention path needs), what ``ctxbench methods`` shows, its parameters, each declared once
+    (:class:`Param`), the defaults it derives, where it applies and how engines take it. No other
+    module tells methods apart by name: they ask the entry."""
 
     name: str
-    fn: FreqFn | None
+    fn: FreqFn | None  # fn(geom, factor, seq_len, *, xp, **params) -> (inv_freq, attention scale)
     formula: str
     source: str
     declared: tuple[Param, ...] = ()
@@ -569,6 +832,18 @@ class Method:
     # The log-n family: fn(positions, trained_len, *, xp, **params) -> the factor multiplying the
     # query at each 0-based position (``logn``, ``ssmax``); a two-branch method also takes one.
     query_scale: Callable[..., Array] | None = None
+    # A two-branch method: fn(q_pos, k_pos, inv_freq, *, xp, **params) -> (query positions, key
+    # positions, inverse frequencies) of the far branch (keys at i - j >= window); the near branch is RoPE.
+    far: Callable[..., tuple[Array, Array, Array]] | None = None
+    # fn(params, geom, factor) -> the parameters it uses on this model at this factor, from its own:
+    # defaults derived from L and s (rerope's window L/4), the config's own scaling (native)
+    derive: Callable[[dict, RopeGeometry, float], dict] | None = None
+    # fn(params, geom) raising UserError where its parameters cannot apply to this model
+    check: Callable[[dict, RopeGeometry], None] | None = None
+    baseline: bool = False  # applies to a model without RoPE, leaving it as it is
+    # fn(geom) -> whether it depends on the sequence length on this model (default: ``dynamic``)
+    dynamic_on: Callable[[RopeGeometry], bool] | None = None
+    exports: Exports = Exports()  # what ``ctxbench export`` writes for each engine, or why it cannot
 
     @property
     def params(self) -> dict:
@@ -577,12 +852,19 @@ class Method:
 
 
 METHODS: dict[str, Method] = {
-    "none": Method("none", none_freqs, "theta_i = b^(-2i/d), extrapolated", "RoPE, arXiv 2104.09864", uses_factor=False),
-    "linear": Method("linear", linear_freqs, "theta_i / s", "Position Interpolation, arXiv 2306.15595"),
-    "ntk": Method("ntk", ntk_freqs, "base b*s^(d/(d-2))", "NTK-aware scaled RoPE (bloc97, 2023)"),
+    "none": Method(
+        "none", none_freqs, "theta_i = b^(-2i/d), extrapolated", "RoPE, arXiv 2104.09864", uses_factor=False,
+        baseline=True, exports=rebased(_base_of_none),
+    ),
+    "linear": Method(
+        "linear", linear_freqs, "theta_i / s", "Position Interpolation, arXiv 2306.15595",
+        exports=Exports(linear_rope, same_in_vllm, linear_flags),
+    ),
+    "ntk": Method("ntk", ntk_freqs, "base b*s^(d/(d-2))", "NTK-aware scaled RoPE (bloc97, 2023)", exports=rebased(_base_of_ntk)),
     "dynamic-ntk": Method(
         "dynamic-ntk", dynamic_ntk_freqs, "base b*(s*l/L-(s-1))^(d/(d-2)) when l > L",
         "Dynamic NTK (emozilla, 2023); transformers 'dynamic'", dynamic=True,
+        exports=Exports(dynamic_ntk_rope, DYNAMIC_IN_VLLM, "llama.cpp has no dynamic NTK"),
     ),
     "ntk-by-parts": Method(
         "ntk-by-parts", ntk_by_parts_freqs, "(1-g)*theta/s + g*theta, g=clamp((L/lambda-alpha)/(beta-alpha),0,1)",
@@ -591,6 +873,7 @@ METHODS: dict[str, Method] = {
             Param("beta", 32.0, "float", "rotations in L above which a pair is kept", low=0, low_inclusive=False,
                   greater_than="alpha"),
         ),
+        exports=Exports.refused("its ramp is linear in L/lambda (the YaRN paper), not in the pair index as every engine's yarn"),
     ),  # fmt: skip
     "yarn": Method(
         "yarn", yarn_freqs, "by-parts ramp over pair index (beta_fast..beta_slow); scale 0.1*ln(s)+1",
@@ -600,10 +883,12 @@ METHODS: dict[str, Method] = {
             Param("attention_factor", None, "float", "multiplies cos and sin; auto: 0.1*ln(s)+1", low=0, low_inclusive=False,
                   example=1.0),
         ),
+        exports=Exports(yarn_rope, yarn_vllm, yarn_flags),
     ),  # fmt: skip
     "dynamic-yarn": Method(
         "dynamic-yarn", dynamic_yarn_freqs, "yarn with s = max(1, l/L)", "YaRN repo (jquesnelle/yarn)",
         declared=(BETA_FAST, BETA_SLOW), dynamic=True, uses_factor=False,
+        exports=Exports.refused("the engines' yarn has a fixed factor"),
     ),
     "llama3": Method(
         "llama3", llama3_freqs, "lambda > L/lo: theta/s; lambda < L/hi: theta; smooth between",
@@ -612,6 +897,8 @@ METHODS: dict[str, Method] = {
             Param("high_freq_factor", 4.0, "float", "wavelengths below L/high_freq_factor are kept", low=0, low_inclusive=False,
                   greater_than="low_freq_factor"),
         ),
+        exports=Exports(llama3_rope, same_in_vllm,
+                        "llama.cpp applies Llama 3.1 scaling from the GGUF file's rope_freqs tensor, written at conversion, not from flags"),
     ),  # fmt: skip
     "longrope": Method(
         "longrope", longrope_freqs, "theta_i / lambda_i (searched); scale sqrt(1+ln(s)/ln(L))",
@@ -619,44 +906,56 @@ METHODS: dict[str, Method] = {
             LONGROPE_FACTORS,
             Param("attention_factor", None, "float", "multiplies cos and sin; auto: sqrt(1+ln(s)/ln(L))", low=0,
                   low_inclusive=False, example=1.0),
-        ), dynamic=True,
+        ), dynamic=True, check=longrope_check,
+        exports=Exports(longrope_rope, same_in_vllm,
+                        "llama.cpp applies LongRoPE from the GGUF file's rope factor tensors, written at conversion, not from flags"),
     ),  # fmt: skip
     "theta": Method(
         "theta", theta_freqs, "base replaced by theta", "ABF, Code Llama arXiv 2308.12950",
         declared=(Param("theta", None, "float", "the new rope base b; Code Llama used 1e6", low=1, low_inclusive=False,
                         required=True, example=1000000),),
-        uses_factor=False,
+        uses_factor=False, exports=rebased(_base_of_theta),
     ),  # fmt: skip
     "ntk-mixed": Method(
         "ntk-mixed", ntk_mixed_freqs, "theta_i / exp(a*m^b), m=i+1, a=ln(s)/(d/2)^b",
         "NTK-RoPE-mixed (Su 2023, kexue.fm/archives/9706); vLLM 'ntk' with mixed_b",
         declared=(Param("mixed_b", None, "float", "exponent b of lambda_m = exp(a*m^b); b=1 is fixed NTK scaling",
                         low=0, low_inclusive=False, required=True, example=0.625),),
+        exports=Exports(
+            "transformers has no rope type with NTK-RoPE-mixed's per-pair factors exp(a*m^b)",
+            "ctxbench exports only vLLM rope types it checks against transformers "
+            "(vLLM's own 'ntk' type with mixed_b computes it, untested here)",
+            "llama.cpp has no per-pair NTK-RoPE-mixed factors",
+        ),
     ),  # fmt: skip
     "ntk-alpha": Method(
         "ntk-alpha", ntk_alpha_freqs, "base b*alpha^(d/(d-2)) (alpha given, not s)",
         "Hunyuan dynamic NTK alpha; vLLM DynamicNTKAlphaRotaryEmbedding",
         declared=(Param("scaling_alpha", None, "float", "NTK ratio alpha (Hunyuan's rope_scaling alpha); the factor is not used",
                         low=1, required=True, example=1000),),
-        uses_factor=False,
+        uses_factor=False, exports=rebased(_base_of_ntk_alpha),
     ),  # fmt: skip
     "native": Method(
         "native", native_freqs, "the model config's own RoPE scaling (its rope_type and parameters), as shipped",
-        "transformers ROPE_INIT_FUNCTIONS", uses_factor=False, dynamic=True,
+        "transformers ROPE_INIT_FUNCTIONS", uses_factor=False, dynamic=True, dynamic_on=native_dynamic,
+        derive=native_params, baseline=True,
+        exports=Exports(native_export, native_vllm, "llama.cpp reads the model's own scaling from its GGUF file: pass no rope flags"),
     ),
     # Attention-level methods: frequencies come from the method they are combined with (none by default).
     "logn": Method(
         "logn", None, "q at position m > L scaled by log_L(m)", "entropy-invariant attention (Su 2021; Chiang & Cholak 2022)",
-        uses_factor=False, attention=True, query_scale=logn_query_scale,
+        uses_factor=False, attention=True, query_scale=logn_query_scale, exports=Exports.refused(ATTENTION_REFUSAL),
     ),
     "ssmax": Method(
         "ssmax", None, "q at 0-based p scaled by 1 + attn_scale*ln(1+floor((p+1)/floor_scale))",
         "Scalable-Softmax, arXiv 2501.19399, as Llama 4's attention temperature tuning",
         declared=(ATTN_SCALE, FLOOR_SCALE), uses_factor=False, attention=True, query_scale=ssmax_query_scale,
+        exports=Exports.refused(ATTENTION_REFUSAL),
     ),
     "rerope": Method(
         "rerope", None, "relative position p -> min(p, w)", "ReRoPE (Su, 2023)",
-        declared=(WINDOW,), uses_factor=False, attention=True,
+        declared=(WINDOW,), uses_factor=False, attention=True, far=rerope_far, derive=rerope_params,
+        exports=Exports.refused(ATTENTION_REFUSAL),
     ),
     # k = 1 is allowed: it is plain RoPE (the value auto gives at s = 1), as self-extend's group = 1;
     # k < 1 would spread far positions wider than plain RoPE, the opposite of the method.
@@ -664,19 +963,21 @@ METHODS: dict[str, Method] = {
         "leaky-rerope", None, "p -> p if p < w else w + (p-w)/k", "Leaky ReRoPE (Su, 2023)",
         declared=(WINDOW, Param("k", None, "float", "slope 1/k beyond the window; auto: the least k that keeps s*L within L",
                                 low=1, example=2)),
-        attention=True,
+        attention=True, far=leaky_rerope_far, derive=leaky_rerope_params, exports=Exports.refused(ATTENTION_REFUSAL),
     ),  # fmt: skip
     "self-extend": Method(
         "self-extend", None, "p < w: p; else q//G + w - w//G - k//G", "Self-Extend, arXiv 2401.01325",
         declared=(WINDOW, Param("group", None, "int", "G far positions share one; auto: the least G that keeps s*L within L",
                                 low=1, example=4)),
-        attention=True,
+        attention=True, far=self_extend_far, derive=self_extend_params, exports=Exports.refused(ATTENTION_REFUSAL),
     ),  # fmt: skip
 }
 
 ALIASES: dict[str, str] = {"pi": "linear", "dynamic": "dynamic-ntk", "abf": "theta", "plain": "none", "shipped": "native"}
-# Attention-level methods with a near and a far branch; each also takes log-n query scaling (``rerope+logn``).
-TWO_BRANCH = ("rerope", "leaky-rerope", "self-extend")
+# Views of the registry. Attention-level methods with a near and a far branch; each also takes
+# log-n query scaling (``rerope+logn``).
+TWO_BRANCH = tuple(n for n, m in METHODS.items() if m.far is not None)
+BASELINES = tuple(n for n, m in METHODS.items() if m.baseline)  # what applies to a model without RoPE
 # Rope types whose frequencies depend on the sequence length (transformers recomputes them per forward).
 DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 
@@ -730,10 +1031,15 @@ class MethodSetting:
         return self.freq.dynamic
 
     def dynamic_for(self, geom: RopeGeometry) -> bool:
-        """:attr:`dynamic` for this model: ``native`` is dynamic only where the config's rope type is."""
-        if self.freq.name == "native":
-            return geom.has_rope and native_rope(geom)["rope_type"] in DYNAMIC_ROPE_TYPES
-        return self.dynamic
+        """:attr:`dynamic` for this model, as its frequency method says (``native``: only where the
+        config's rope type is dynamic)."""
+        dynamic_on = self.freq.dynamic_on
+        return self.dynamic if dynamic_on is None else dynamic_on(geom)
+
+    @property
+    def two_branch(self) -> bool:
+        """Its attention method has a near and a far branch (``rerope``, ``leaky-rerope``, ``self-extend``)."""
+        return self.attention is not None and self.attention.far is not None
 
     @property
     def query_scaler(self) -> Method | None:
@@ -751,16 +1057,28 @@ class MethodSetting:
     def params_json(self) -> str:
         return json.dumps(self.param_dict, sort_keys=True)
 
+    def own_params(self, part: Method | None) -> dict:
+        """The parameters one of its parts declares ({} for None)."""
+        return {k: v for k, v in self.params if part is not None and k in part.params}
+
     def freq_params(self) -> dict:
-        return {k: v for k, v in self.params if k in self.freq.params}
+        return self.own_params(self.freq)
 
     def attention_params(self) -> dict:
-        return {k: v for k, v in self.params if self.attention is not None and k in self.attention.params}
+        return self.own_params(self.attention)
 
     def scaler_params(self) -> dict:
         """The parameters of :attr:`query_scaler` (``attn_scale``, ``floor_scale`` for ``ssmax``)."""
-        scaler = self.query_scaler
-        return {k: v for k, v in self.params if scaler is not None and k in scaler.params}
+        return self.own_params(self.query_scaler)
+
+    def export_refusal(self, engine: str) -> str | None:
+        """None when ``engine`` can express it, else why not (``""``: no reason given): the first
+        refusal of its parts, attention-level ones first (``ntk+logn`` is refused for ``logn``)."""
+        for part in reversed(self.parts):
+            reason = part.exports.refusal(engine)
+            if reason is not None:
+                return reason
+        return None
 
 
 def format_value(value) -> str:
@@ -820,7 +1138,7 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None, *, 
     attns = [p for p in parts if METHODS[p].attention]
     scalers = [a for a in attns if METHODS[a].query_scale is not None]
     scaler = None
-    if len(attns) == 2 and len(scalers) == 1 and any(a in TWO_BRANCH for a in attns):
+    if len(attns) == 2 and len(scalers) == 1 and any(METHODS[a].far is not None for a in attns):
         scaler = METHODS[scalers[0]]
         attns = [a for a in attns if a != scaler.name]
     if len(freqs) > 1 or len(attns) > 1:
@@ -879,17 +1197,13 @@ def combinations_hint() -> str:
 
 
 def effective_params(setting: MethodSetting, geom: RopeGeometry, factor: float) -> dict:
-    """Every parameter the method uses, after defaults (including those derived from ``L`` and ``s``)."""
-    from .attention import attention_defaults  # attention maths depends on methods, not the reverse
-
+    """Every parameter the method uses, after defaults: each part's own, then what its entry derives
+    from the model and factor (:attr:`Method.derive`: ``window = L/4``, ``k``, ``G``, native's config)."""
     check_applicable(setting, geom)
-    if not geom.has_rope:
-        return {"position": geom.position} if setting.freq.name == "native" else {}
     params = setting.param_dict
-    if setting.freq.name == "native":
-        params.update(native_rope(geom))  # the config's own parameters, as shipped
-    if setting.attention is not None:
-        params.update(attention_defaults(setting.attention.name, setting.attention_params(), geom, factor))
+    for part in setting.parts:
+        if part.derive is not None:
+            params.update(part.derive(setting.own_params(part), geom, factor))
     return params
 
 
@@ -923,23 +1237,35 @@ def query_scale(setting: MethodSetting, geom: RopeGeometry, positions: Array, xp
     return scaler.query_scale(positions, geom.trained_len, xp=xp, **setting.scaler_params())
 
 
-BASELINES = ("none", "native")  # what applies to a model without RoPE
+def far_positions(setting: MethodSetting, params: dict, q_pos: Array, k_pos: Array, inv_freq: Array, xp=None):
+    """``(query positions, key positions, inverse frequencies)`` the far branch of a two-branch method
+    rotates queries and keys by (its entry's :attr:`Method.far`), with ``params`` from
+    :func:`effective_params`; ``q_pos`` and ``k_pos`` are 0-based integer positions."""
+    xp = xp or torch_namespace()
+    part = setting.attention
+    return part.far(q_pos, k_pos, inv_freq, xp=xp, **{k: params[k] for k in part.params})
+
+
+def exportable(engine: str) -> tuple[str, ...]:
+    """The methods ``engine`` can express (``transformers``, ``vllm``, ``llamacpp``), in registry order."""
+    return tuple(n for n, m in METHODS.items() if m.exports.refusal(engine) is None)
 
 
 def check_applicable(setting: MethodSetting, geom: RopeGeometry, seq_len: int | None = None) -> None:
     """Raise :class:`UserError` if ``setting`` cannot run on a model of this geometry (at ``seq_len``).
 
-    A model without RoPE (ALiBi, learned absolute positions) runs only ``none`` and ``native``, the
-    model as it is; every scaling method is an error. A learned absolute-position table ends at
-    ``max_positions``: a longer sequence is an error, not an index crash inside the model. LongRoPE
-    factors the user gave must number ``d/2``, which only the geometry tells (resolve checked the rest).
+    A model without RoPE (ALiBi, learned absolute positions) runs only the baselines (entries with
+    ``baseline``: ``none`` and ``native``), the model as it is; every scaling method is an error. A
+    learned absolute-position table ends at ``max_positions``: a longer sequence is an error, not an
+    index crash inside the model. On a RoPE model each part's own :attr:`Method.check` runs
+    (LongRoPE's factors must number ``d/2``, which only the geometry tells; resolve checked the rest).
     """
     if geom.has_rope:
-        factors = setting.param_dict.get("factors") if setting.freq.name == "longrope" else None
-        if factors is not None and len(_longrope_factors(geom, factors)[0]) != geom.pairs:
-            raise _factor_count_error(len(_longrope_factors(geom, factors)[0]), geom)
+        for part in setting.parts:
+            if part.check is not None:
+                part.check(setting.own_params(part), geom)
         return
-    if setting.name not in BASELINES:
+    if not all(part.baseline for part in setting.parts):
         raise UserError(
             f"model type '{geom.model_type}' has no rotary position embedding (RoPE; it uses {geom.position} positions), "
             f"so method '{setting.name}' cannot apply",

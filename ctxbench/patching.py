@@ -25,7 +25,14 @@ from .attention import NAME as ATTENTION_NAME
 from .attention import AttentionPlan
 from .errors import UserError
 from .geometry import RopeGeometry
-from .methods import MethodSetting, check_applicable, effective_params, frequencies, query_scale
+from .methods import (
+    MethodSetting,
+    check_applicable,
+    effective_params,
+    far_positions,
+    frequencies,
+    query_scale,
+)
 
 
 def rotary_modules(model: nn.Module) -> list[nn.Module]:
@@ -83,15 +90,13 @@ def applied(
                 module.rope_type = "default"  # keep transformers' dynamic update from rewriting our buffer
         if setting.attention is not None:
             params = effective_params(setting, geom, factor)
-            plan = AttentionPlan(
-                kind=setting.attention.name,
+            plan = AttentionPlan(  # what the entry says, bound to this setting: attention.py asks no names
                 inv_freq=inv_freq,
                 scale=scale,
                 rotary_dim=geom.rotary_dim,
                 trained_len=geom.trained_len,
-                window=int(params.get("window") or 0),
-                k=float(params.get("k") or 1.0),
-                group=int(params.get("group") or 1),
+                window=int(params["window"]) if setting.two_branch else 0,
+                far=partial(far_positions, setting, params) if setting.two_branch else None,
                 query_scale=partial(query_scale, setting, geom) if setting.scales_queries else None,
             )
             for module in attention_modules(model):
