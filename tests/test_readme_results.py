@@ -35,7 +35,12 @@ def _length(n: int) -> str:
 
 
 def _report() -> dict:
-    proc = subprocess.run(["ctxbench", "report", str(RULER_NIAH), "--format", "json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["ctxbench", "report", str(RULER_NIAH), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     (pivot,) = [p for p in json.loads(proc.stdout) if p.get("kind") is None]
     return pivot
