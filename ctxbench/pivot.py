@@ -1,5 +1,7 @@
 """The one pivot every report format shows: method label x length, per task, variant, factor and
-headline metric, each cell with its 95% interval and sample size.
+headline metric, each cell with its 95% interval and sample size — and, where the rows carry a
+proxy metric (``--metrics``: ``longppl``, ``kl``, ``answer_nll``), one more such table per proxy,
+after the headline's (no effective length, no paired test: those are the headline's).
 
 Headline rows are a task's aggregate rows of its headline metric, as the task declares it
 (:class:`ctxbench.tasks.base.Task`: ``metric``, ``higher_is_better``, ``fraction``; ``doc`` and
@@ -75,6 +77,7 @@ class Pivot:
     fraction: bool = False  # values are fractions: shown as percents
     setting: str = ""  # what sets this table apart from another of the same task (e.g. "chat=true")
     key: tuple = ()  # that setting's identity values (dataset, digests, stride, options, dtype, seed)
+    headline: bool = True  # the task's headline metric (False: a proxy metric's table)
 
     @property
     def title(self) -> str:
@@ -122,11 +125,13 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
             continue
         if r.get("doc", "") not in ("", "all"):
             continue
-        metric = headline_of(r["task"], tasks).metric
-        if r["metric"] == metric:
-            groups.setdefault(key, []).append(r)
-        elif r["metric"] in (metric + "_lo", metric + "_hi"):
-            bounds.setdefault((*key, r.get("depth", "")), {})[r["metric"][len(metric) + 1 :]] = _num(r["value"])
+        metric, bound = _metric_of(r["metric"], headline_of(r["task"], tasks).metric)
+        if metric is None:
+            continue
+        if bound:
+            bounds.setdefault((*key, metric, r.get("depth", "")), {})[bound] = _num(r["value"])
+        else:
+            groups.setdefault((*key, metric), []).append(r)
     if task:
         groups = {k: v for k, v in groups.items() if k[1] in task}
     if method:
@@ -135,12 +140,15 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         groups = {k: v for k, v in groups.items() if k[6] in length}
     tables: dict[tuple, Pivot] = {}
     factors: dict[tuple, set[str]] = {}
-    for (model, t, variant, setting, _label, f, _n) in groups:
+    for (model, t, variant, setting, _label, f, _n, _m) in groups:
         if f:
             factors.setdefault((model, t, variant, setting), set()).add(f)
     titles = _setting_titles({k[:4] for k in groups}, settings)
-    for (model, t, variant, setting, label, f, n), rows in groups.items():
+    for (model, t, variant, setting, label, f, n, metric), rows in groups.items():
         head = headline_of(t, tasks)
+        primary = metric == head.metric
+        if not primary:
+            head = Headline(metric, _proxy_direction(metric), False)
         # a factor-free cell (the method ignores the factor) joins every factor's table
         targets = [f] if f else sorted(factors.get((model, t, variant, setting), {""}), key=lambda x: _num(x, 0))
         if factor:
@@ -149,26 +157,66 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         if len(latest) == 1:
             r = rows[-1]
             extra = _extra(r)
-            b = bounds.get((model, t, variant, setting, label, f, n, r.get("depth", "")), {})
+            b = bounds.get((model, t, variant, setting, label, f, n, metric, r.get("depth", "")), {})
             cell = PivotCell(_num(r["value"], float("nan")), b.get("lo"), b.get("hi"), extra.get("trials") or extra.get("docs"))
+        elif not primary:  # a proxy over several depths: the mean of every trial's value, bootstrapped
+            cell, extra = _pooled_proxy(metric, sources.get((model, t, variant, setting, label, f, n), [])), _extra(rows[-1])
         else:
             trials = {d: len(per_trial.get((model, t, variant, setting, label, f, n, d), ())) for d in latest}
             cell, extra = _pooled(list(latest.values()), trials)
         cell.source = tuple(sources.get((model, t, variant, setting, label, f, n), ()))
         for target in targets:
-            p = tables.setdefault((model, t, variant, setting, target),
+            p = tables.setdefault((model, t, variant, setting, target, not primary, metric),
                                   Pivot(model, t, variant, target, head.metric, head.higher_is_better, [], fraction=head.fraction,
-                                        setting=titles[(model, t, variant, setting)], key=setting))  # fmt: skip
+                                        setting=titles[(model, t, variant, setting)], key=setting, headline=primary))  # fmt: skip
             p.rows.setdefault(label, {})[n] = cell
             p.trained_len = p.trained_len or extra.get("trained_len")
     out = []
-    for key in sorted(tables, key=lambda k: (k[0], k[1], k[2], k[3], _num(k[4], 0))):
+    for key in sorted(tables, key=lambda k: (k[0], k[1], k[2], k[3], _num(k[4], 0), k[5], k[6])):
         p = tables[key]
         p.lengths = sorted({n for cells in p.rows.values() for n in cells})
-        if baseline:
+        if baseline and (p.headline or baseline in p.rows):
             _add_changes(p, baseline)
         out.append(p)
     return out
+
+
+def _metric_of(name: str, headline: str) -> tuple[str | None, str]:
+    """``(metric, bound)`` of an aggregate row's metric name: the headline's or a proxy's value
+    (bound ``""``) or its interval bound (``"lo"``/``"hi"``); ``(None, "")`` for anything else
+    (``key_tokens``, a plug-in's side rows)."""
+    from .tasks.proxy import HIGHER_IS_BETTER
+
+    for metric in (headline, *HIGHER_IS_BETTER):
+        if name == metric:
+            return metric, ""
+        if name in (metric + "_lo", metric + "_hi"):
+            return metric, name[len(metric) + 1 :]
+    return None, ""
+
+
+def _proxy_direction(metric: str) -> bool:
+    from .tasks.proxy import HIGHER_IS_BETTER
+
+    return HIGHER_IS_BETTER[metric]
+
+
+def _pooled_proxy(metric: str, sources: list[dict]) -> PivotCell:
+    """A per-trial proxy (``answer_nll``) over the depth cells of a length: the mean of every
+    trial's value (its row's ``extra``; a trial run twice counts once, its last run) and the 95%
+    bootstrap interval of that mean over the trials."""
+    from .stats import bootstrap_mean
+
+    by_trial = {}
+    for r in sources:
+        value = _num(_extra(r).get(metric)) if r.get("trial", "") not in ("", "all") else None
+        if value is not None:
+            by_trial[(r.get("depth", ""), r["trial"])] = value
+    values = list(by_trial.values())
+    if not values:
+        return PivotCell(float("nan"))
+    lo, hi = bootstrap_mean(values, [1.0] * len(values)) if len(values) >= 2 else (None, None)
+    return PivotCell(sum(values) / len(values), lo, hi, len(values))
 
 
 # Identity columns that set a table apart (the others are its axes: label, factor, length, depth).
@@ -296,7 +344,7 @@ def add_paired(ps: list[Pivot], comparisons) -> None:
     for c in comparisons:
         setting = tuple(v for _, v in c.setting)
         for p in ps:
-            if (p.model, p.task, p.variant, p.key) != (c.model, c.task, c.variant, setting) or c.factor not in ("", p.factor):
+            if not p.headline or (p.model, p.task, p.variant, p.key) != (c.model, c.task, c.variant, setting) or c.factor not in ("", p.factor):
                 continue
             cell = p.rows.get(c.label, {}).get(c.length)
             if cell is not None:

@@ -338,3 +338,55 @@ def test_plans_count_the_reference_forwards():
     pk = passkey.Settings(methods=(resolve("yarn"),), factors=(2.0,), lengths=(1024,), depths=(0.5,), trials=2, metrics=("answer_nll",))
     items = passkey.cost(pk, 4096)
     assert len(items) == 2 and items[1].decode_steps == 0 and items[1].forwards == items[0].forwards
+
+
+# ------------------------------------------------------------------------------ reports
+
+
+def _report_pivots(records, **kw):
+    from ctxbench.report import pivots
+
+    return pivots(records, **kw)
+
+
+def test_report_shows_each_proxy_as_its_own_table_with_the_rows_values_and_intervals(peaked_lm, corpus_dir):
+    records = run_settings(peaked_lm, "ppl", _ppl_settings(corpus_dir, metrics=("kl", "longppl"))).records
+    ps = _report_pivots(records)
+    by_metric = {p.metric: p for p in ps}
+    assert set(by_metric) == {"ppl", "kl", "longppl"} and ps[0].metric == "ppl"  # the headline first
+    for metric in ("kl", "longppl"):
+        p = by_metric[metric]
+        assert not p.headline and not p.higher_is_better
+        for (label, n), value in _agg(records, metric).items():
+            cell = p.rows[label][n]
+            assert cell.value == pytest.approx(value) or (math.isnan(value) and math.isnan(cell.value))
+            bounds = [_agg(records, metric + b)[(label, n)] for b in ("_lo", "_hi")]
+            assert [cell.lo, cell.hi] == [None if math.isnan(b) else pytest.approx(b) for b in bounds]  # NaN: no interval
+
+
+def test_a_proxys_table_has_no_effective_length_and_no_paired_test(peaked_lm, corpus_dir):
+    records = run_settings(peaked_lm, "ppl", _ppl_settings(corpus_dir, metrics=("kl",))).records
+    ps = {p.metric: p for p in _report_pivots(records, baseline="none")}
+    assert ps["ppl"].effective and any(c.delta is not None for cells in ps["ppl"].rows.values() for c in cells.values())
+    assert not ps["kl"].effective
+    assert all(c.delta is None for cells in ps["kl"].rows.values() for c in cells.values())
+
+
+def test_answer_nll_over_several_depths_is_the_mean_of_every_trial_with_a_bootstrap_interval(tiny_lm):
+    settings = passkey.Settings(methods=(resolve("none"),), factors=(2.0,), lengths=(300,), depths=(0.0, 0.5), trials=3, metrics=("answer_nll",))
+    records = run_settings(tiny_lm, "passkey", settings).records
+    per_trial = [json.loads(r["extra"])["answer_nll"] for r in records if r["metric"] == "correct"]
+    (p,) = [p for p in _report_pivots(records) if p.metric == "answer_nll"]
+    cell = p.rows["none"][300]
+    assert len(per_trial) == 6 and cell.n == 6
+    assert cell.value == pytest.approx(sum(per_trial) / 6)
+    assert min(per_trial) <= cell.lo <= cell.value <= cell.hi <= max(per_trial)
+
+
+def test_every_report_format_carries_the_proxy_tables(peaked_lm, corpus_dir):
+    from ctxbench.report import to_csv, to_json, to_markdown
+
+    ps = _report_pivots(run_settings(peaked_lm, "ppl", _ppl_settings(corpus_dir, metrics=("longppl",))).records)
+    assert "#### ppl longppl — tiny-peaked, factor 2" in to_markdown(ps)
+    assert {p["metric"] for p in json.loads(to_json(ps))} == {"ppl", "longppl"}
+    assert ",longppl," in to_csv(ps)

@@ -38,6 +38,9 @@ PPL_METRICS = ("longppl", "kl")
 ANSWER_METRICS = ("answer_nll",)
 ALPHA = 2.0  # LongPPL's alpha: a key token's short-context loss exceeds its long-context loss by more than this
 BETA = -2.0  # LongPPL's beta: a key token's long-context log-prob is above this (loss below -BETA)
+# How reports read each proxy's aggregate rows (a table per metric beside the task's headline one):
+# for all three, lower is better (fewer nats lost, closer to the unscaled model).
+HIGHER_IS_BETTER = {"longppl": False, "kl": False, "answer_nll": False}
 KL_CHUNK = 256  # positions per LM-head chunk of the KL divergence (two (chunk, vocab) fp32 tensors)
 
 
