@@ -1,4 +1,4 @@
-"""Attention-level methods: log-n scaling, Scalable-Softmax, ReRoPE, leaky ReRoPE and Self-Extend.
+"""Attention-level methods: log-n scaling, Scalable-Softmax, ReRoPE, leaky ReRoPE, Self-Extend and STRING.
 
 How they plug in: while one of these methods is applied, the model's rotary modules return the
 identity rotation (cos = 1, sin = 0), so queries and keys reach the attention function — and
@@ -17,10 +17,11 @@ Relative position ``p = i - j`` of query ``i`` and key ``j``; window ``w``; trai
 This module never asks which method it runs: the registry entry (:mod:`ctxbench.methods`) says,
 and :func:`ctxbench.patching.applied` hands its answers over in the :class:`AttentionPlan`.
 
-* A two-branch method (``rerope``, ``leaky-rerope``, ``self-extend``) keeps ``p`` where ``p < w``
+* A two-branch method (``rerope``, ``leaky-rerope``, ``self-extend``, ``string``) keeps ``p`` where ``p < w``
   (the near branch, plain RoPE) and gives far pairs its own positions: its entry's ``far`` says
   where it puts each query and key and with which frequencies (ReRoPE: every far pair at ``w``;
-  leaky ReRoPE: ``w + (p - w) / k``; Self-Extend: ``(i // G + w - w // G) - j // G``); the plan
+  leaky ReRoPE: ``w + (p - w) / k``; Self-Extend: ``(i // G + w - w // G) - j // G``; STRING, whose
+  ``w`` is its shift ``S``: ``p - S + W``); the plan
   carries it bound to the method's parameters as :attr:`AttentionPlan.far`.
 * The log-n family (``logn``: the query at 1-based position ``m > L`` times ``log_L(m)``;
   ``ssmax``, Scalable-Softmax as Llama 4: ``1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))``)

@@ -14,7 +14,7 @@ where it applies, and how each serving engine takes it (:class:`Exports`). No ot
 methods apart by name (``tests/test_method_objects.py`` scans for it): adding a method is its
 functions and one entry here (docs/design.md, "How a method plugs in").
 
-Attention-level methods (``logn``, ``ssmax``, ``rerope``, ``leaky-rerope``, ``self-extend``) are
+Attention-level methods (``logn``, ``ssmax``, ``rerope``, ``leaky-rerope``, ``self-extend``, ``string``) are
 entries too, with ``attention=True``; :mod:`ctxbench.attention` runs them from what the entry gives.
 They combine with one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``, ``yarn+ssmax``). The log-n
 family (``logn``, ``ssmax``) only multiplies each query by a factor of its position, a pure function
@@ -347,9 +347,9 @@ def ssmax_query_scale(
     return xp.log1p(xp.floor((p + 1.0) / floor_scale)) * attn_scale + 1.0
 
 
-# Two-branch methods (``rerope``, ``leaky-rerope``, ``self-extend``): query ``i`` sees key ``j`` at its
-# exact relative position ``i - j`` while ``i - j < w`` (the near branch) and at the method's own
-# beyond it (the far branch). :mod:`ctxbench.attention` runs the two branches; an entry gives what
+# Two-branch methods (``rerope``, ``leaky-rerope``, ``self-extend``, ``string``): query ``i`` sees key
+# ``j`` at its exact relative position ``i - j`` while ``i - j < w`` (the near branch) and at the
+# method's own beyond it (the far branch). :mod:`ctxbench.attention` runs the two branches; an entry gives what
 # differs: its parameters after the defaults derived from ``L`` and ``s`` (``derive``), and the
 # positions and frequencies the far branch rotates queries and keys by (``far``), a pure function of
 # integer position arrays of the namespace ``xp``.
@@ -410,6 +410,40 @@ def self_extend_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp, window: 
     """Self-Extend (Jin et al., arXiv 2401.01325) with LongLM's corrected floor division: the query at
     ``i // G + w - w // G`` (shifted so both parts meet at ``w``), the key at ``j // G``."""
     return q_pos // group + window - window // group, k_pos // group, inv_freq
+
+
+# STRING's defaults, from the authors' code (HKUNLP/STRING at commit
+# 216cc2f04cee147e8c3cfaa15723b182ecbe321e): README.md and every evaluation script call
+# ``replace_with_string(..., shifted_offset=int(0.33 * L), small_local_value=128)``
+# (``--shifted_ratio 0.33 --local_value 128``).
+STRING_SHIFT_RATIO = 0.33
+STRING_LOCAL_VALUE = 128
+
+
+def string_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """STRING's ``S`` (``window``, the authors' ``shifted_offset``: ``int(0.33 * L)``) and ``W``
+    (``local_value``: the authors' 128, at most ``S // 2`` so that a short trained length still
+    shifts far pairs down); ``W > S`` would move far pairs farther than they are."""
+    window = params.get("window")
+    window = int(max(1, int(STRING_SHIFT_RATIO * geom.trained_len)) if window is None else window)
+    local = params.get("local_value")
+    local = int(min(STRING_LOCAL_VALUE, window // 2) if local is None else local)
+    if local > window:
+        raise UserError(
+            f"string local_value {local} must be <= window {window}: far pairs (i - j >= S) sit at "
+            "i - j - S + W, beyond their true distance when W > S",
+            f"pass --param local_value=N with 0 <= N <= {window} (the authors: 128 for S = 0.33*L), or a larger window",
+        )
+    return {**params, "window": window, "local_value": local}
+
+
+def string_far(
+    q_pos: Array, k_pos: Array, inv_freq: Array, *, xp, window: int, local_value: int
+) -> tuple[Array, Array, Array]:
+    """STRING (An et al., arXiv 2410.18745; HKUNLP/STRING ``string_for_llama.py`` at commit 216cc2f):
+    a far pair (``i - j >= S``) at relative position ``i - j - S + W``, as the authors rotate it: the
+    query at ``i - S + W`` (their ``position_ids - diag_size + local_window``), the key at ``j``."""
+    return q_pos - window + local_value, k_pos, inv_freq
 
 
 class _RopeConfig:
@@ -810,6 +844,10 @@ ATTN_SCALE = Param("attn_scale", 0.1, "float", "strength: the query at p is scal
                    low=0)
 FLOOR_SCALE = Param("floor_scale", 8192, "length", "tokens per step of the query scale (Llama 4: 8192, whatever L)", low=1,
                     example="8k")
+STRING_WINDOW = Param("window", None, "length", "S (the authors' shifted_offset): pairs at i - j < S keep exact positions, "
+                      "farther ones move down by S - W; auto: int(0.33*L)", low=1, example="1k")  # fmt: skip
+STRING_LOCAL = Param("local_value", None, "length", "W: the relative position the farthest-shifted pairs start at (the authors' "
+                     "local_value; 128, 256 or 512 suggested); auto: 128, at most S/2", low=0, example=128)  # fmt: skip
 LONGROPE_FACTORS = Param("factors", None, "factors", "LongRoPE's searched per-pair factors; auto: the model config's",
                          example="factors.json")  # fmt: skip
 
@@ -971,6 +1009,13 @@ METHODS: dict[str, Method] = {
                                 low=1, example=4)),
         attention=True, far=self_extend_far, derive=self_extend_params, exports=Exports.refused(ATTENTION_REFUSAL),
     ),  # fmt: skip
+    "string": Method(
+        "string", None, "p < S: p; else p - S + W", "STRING, arXiv 2410.18745 (HKUNLP/STRING)",
+        declared=(STRING_WINDOW, STRING_LOCAL), uses_factor=False, attention=True, far=string_far, derive=string_params,
+        exports=Exports(ATTENTION_REFUSAL,
+                        ATTENTION_REFUSAL + " (the authors' vLLM fork, HKUNLP/STRING vllm_string, has a StringAttention "
+                        "backend; stock vLLM does not)", ATTENTION_REFUSAL),
+    ),  # fmt: skip
 }
 
 ALIASES: dict[str, str] = {"pi": "linear", "dynamic": "dynamic-ntk", "abf": "theta", "plain": "none", "shipped": "native"}
@@ -1038,7 +1083,8 @@ class MethodSetting:
 
     @property
     def two_branch(self) -> bool:
-        """Its attention method has a near and a far branch (``rerope``, ``leaky-rerope``, ``self-extend``)."""
+        """Its attention method has a near and a far branch (``rerope``, ``leaky-rerope``, ``self-extend``,
+        ``string``)."""
         return self.attention is not None and self.attention.far is not None
 
     @property
@@ -1127,7 +1173,7 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None, *, 
     refuses a required parameter left out (``theta``); a bare ``resolve("theta")`` names the
     method without running it. Raises :class:`UserError` for unknown names, unknown parameters,
     bad values and combinations other than one frequency method plus one attention-level
-    method, where a two-branch method (``rerope``, ``leaky-rerope``, ``self-extend``) may also
+    method, where a two-branch method (``rerope``, ``leaky-rerope``, ``self-extend``, ``string``) may also
     take one query scale of the log-n family (``logn``, ``ssmax``): ``ntk+rerope+logn``.
     """
     params = dict(params or {})

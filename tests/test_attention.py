@@ -28,6 +28,8 @@ def test_default_parameters_follow_the_trained_length_and_factor(tiny_lm):
     assert se == {"window": 16, "group": 5}  # ceil((4*64 - 16) / (64 - 16))
     p = relative_positions("self-extend", 4 * 64, se["window"], 1.0, se["group"])
     assert p.max().item() <= 64
+    st = effective_params(resolve("string"), geom, 4.0)
+    assert st == {"window": 21, "local_value": 10}  # int(0.33 * 64); the authors' 128 capped at S // 2
 
 
 def test_window_at_or_above_the_length_warns_that_the_method_is_a_no_op(tiny_lm, corpus_dir):

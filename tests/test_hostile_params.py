@@ -198,6 +198,13 @@ PARAM_CASES = [
     ("self-extend", ["group=Infinity"], ["self-extend parameter group", "inf is not a whole number"]),
     ("self-extend", ["window=1.5"], ["self-extend parameter window", "1.5 is not a whole number"]),
     ("self-extend+logn", ["group=0"], ["self-extend parameter group", "0 must be >= 1"]),
+    # string: window (S) a length >= 1, local_value (W) a length >= 0 and <= S (checked once S is known)
+    ("string", ["window=0"], ["string parameter window", "0 must be >= 1", "shifted_offset"]),
+    ("string", ["window=abc"], ["string parameter window", "'abc' is not a length"]),
+    ("string", ["local_value=-1"], ["string parameter local_value", "-1 must be >= 0", "a length in tokens"]),
+    ("string", ["local_value=1.5"], ["string parameter local_value", "1.5 is not a whole number"]),
+    ("string", ["local_value="], ["string parameter local_value", "'' is empty"]),
+    ("yarn+string+logn", ["local_value=true"], ["string parameter local_value", "true is not a whole"]),
     # methods without parameters take none
     ("ntk", ["alpha=1"], ["unknown parameter 'alpha' for method 'ntk'", "its parameters are: none"]),
     ("logn", ["window=16"], ["unknown parameter 'window' for method 'logn'"]),
@@ -249,6 +256,10 @@ EXPORT_CASES = [
     ("theta", "llamacpp", ["theta=1"], ["theta parameter theta", "1 must be > 1"]),
     ("longrope", "transformers", ["factors=[1,2,3]"], ["longrope factors have 3 entries"]),
     ("rerope", "json", ["window=abc"], ["rerope parameter window"]),
+    ("string", "json", ["local_value=2k"],
+     ["string local_value 2048 must be <= window 1351", "local_value=N"]),  # fmt: skip
+    ("string", "json", ["window=100", "local_value=101"], ["string local_value 101 must be <= window 100"]),
+    ("string", "vllm", ["window=0"], ["string parameter window", "0 must be >= 1"]),
 ]
 
 

@@ -145,7 +145,7 @@ def test_the_registry_views_are_what_the_entries_say():
     assert SUPPORTED["json"] == ("every method",)
     assert WHY == {(e, n): getattr(m.exports, e) for n, m in METHODS.items() for e in ("transformers", "vllm", "llamacpp")
                    if isinstance(getattr(m.exports, e), str) and getattr(m.exports, e)}  # fmt: skip
-    assert methods.TWO_BRANCH == ("rerope", "leaky-rerope", "self-extend")
+    assert methods.TWO_BRANCH == ("rerope", "leaky-rerope", "self-extend", "string")
     assert methods.BASELINES == ("none", "native")
 
 
@@ -153,6 +153,7 @@ FAR_CASES = [
     ("rerope", {"window": 8}),
     ("leaky-rerope", {"window": 8, "k": 3.0}),
     ("self-extend", {"window": 8, "group": 3}),
+    ("string", {"window": 8, "local_value": 3}),
 ]
 
 
@@ -172,7 +173,8 @@ def test_far_positions_are_the_readme_formulas(spec, params):
     )
     p = (i - j).astype(np.float64)
     want = {"rerope": np.full_like(p, w), "leaky-rerope": w + (p - w) / params.get("k", 1),
-            "self-extend": (i // params.get("group", 1) + w - w // params.get("group", 1)) - j // params.get("group", 1)}[spec]  # fmt: skip
+            "self-extend": (i // params.get("group", 1) + w - w // params.get("group", 1)) - j // params.get("group", 1),
+            "string": p - w + params.get("local_value", 0)}[spec]  # fmt: skip
     np.testing.assert_allclose(seen[far], want[far], rtol=1e-6)
 
 

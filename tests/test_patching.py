@@ -276,7 +276,8 @@ def test_model_without_rope_runs_only_baselines_and_has_no_rotary_module():
 
 @functools.cache
 def relative_positions(kind: str, n: int, w: int = 0, k: float = 1.0, g: int = 1) -> torch.Tensor:
-    """P[i, j]: the relative position a method gives query i and key j <= i, one entry at a time."""
+    """P[i, j]: the relative position a method gives query i and key j <= i, one entry at a time
+    (``string``: ``w`` is its shift ``S`` and ``k`` its ``W``)."""
     P = np.zeros((n, n))
     for i in range(n):
         for j in range(i + 1):
@@ -287,6 +288,8 @@ def relative_positions(kind: str, n: int, w: int = 0, k: float = 1.0, g: int = 1
                 P[i, j] = p if p < w else w + (p - w) / k
             elif kind == "self-extend":
                 P[i, j] = p if p < w else (i // g + w - w // g) - j // g
+            elif kind == "string":  # w is S, k is W
+                P[i, j] = p if p < w else p - w + k
             else:  # plain RoPE (also logn)
                 P[i, j] = p
     return torch.from_numpy(P)
@@ -388,10 +391,13 @@ ATTENTION_CASES = [
     ("self-extend", {"window": 16, "group": 4}, "self-extend", "none", 16, 1.0, 4),
     ("self-extend", {"window": 24, "group": 3}, "self-extend", "none", 24, 1.0, 3),
     ("self-extend", {"window": 8, "group": 8}, "self-extend", "none", 8, 1.0, 8),
+    ("string", {"window": 21, "local_value": 10}, "string", "none", 21, 10, 1),
+    ("string", {"window": 40, "local_value": 0}, "string", "none", 40, 0, 1),
     ("logn", None, "logn", "none", 0, 1.0, 1),
     ("ntk+logn", None, "logn", "ntk", 0, 1.0, 1),
     ("yarn+rerope", {"window": 16}, "rerope", "yarn", 16, 1.0, 1),
     ("ntk+self-extend", {"window": 16, "group": 4}, "self-extend", "ntk", 16, 1.0, 4),
+    ("yarn+string", {"window": 24, "local_value": 8}, "string", "yarn", 24, 8, 1),
 ]
 
 
@@ -427,7 +433,8 @@ def test_logn_within_the_trained_length_is_plain_rope(ids):
 
 
 @pytest.mark.parametrize("spec,params", [("rerope", {"window": 16}), ("leaky-rerope", {"window": 16, "k": 3.0}),
-                                         ("self-extend", {"window": 16, "group": 4}), ("ntk+logn", None)])  # fmt: skip
+                                         ("self-extend", {"window": 16, "group": 4}), ("ntk+logn", None),
+                                         ("string", {"window": 21, "local_value": 10})])  # fmt: skip
 def test_greedy_generation_with_a_kv_cache_matches_full_forwards(spec, params, ids):
     model = llama()
     prompt, new = ids[:, : N - 8], 8
@@ -459,6 +466,7 @@ def test_prefill_in_chunks_with_a_cache_equals_one_forward(spec, params, ids):
         ("rerope", {"window": 16}, "rerope", "none", 16, 1.0, 1),
         ("leaky-rerope", {"window": 16, "k": 3.0}, "leaky-rerope", "none", 16, 3.0, 1),
         ("self-extend", {"window": 24, "group": 3}, "self-extend", "none", 24, 1.0, 3),
+        ("string", {"window": 21, "local_value": 10}, "string", "none", 21, 10, 1),
     ],
 )
 def test_small_score_budget_splits_queries_into_blocks_with_the_same_result(spec, params, kind, freq, w, k, g, ids, monkeypatch):
@@ -497,6 +505,7 @@ def test_small_score_budget_splits_logn_queries_into_blocks_with_the_same_result
         ("rerope", {"window": 40}, "rerope", "none", 40, 1.0, 1),
         ("leaky-rerope", {"window": 24, "k": 1.5}, "leaky-rerope", "none", 24, 1.5, 1),
         ("self-extend", {"window": 8, "group": 8}, "self-extend", "none", 8, 1.0, 8),
+        ("string", {"window": 30, "local_value": 5}, "string", "none", 30, 5, 1),
     ],
 )
 @pytest.mark.parametrize("kernel", ["cpu-flash", "portable"])
