@@ -281,6 +281,7 @@ def compare(
     threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85%% of the shortest length's score)"),
     fmt: str = typer.Option("table", "--format", help="table | markdown"),
     strict: bool = typer.Option(False, "--strict", help="also fail on any change of a rerun (same weights and data) beyond float tolerance"),
+    across_dtypes: bool = typer.Option(False, "--across-dtypes", help="also match cells that differ only in dtype (bf16 NEW against a float32 BASE), judged beyond noise, never as reruns"),
 ) -> None:
     """Per-cell change between two results files; exit 1 if anything got worse (a rerun on the same
     weights and data: beyond --rtol; otherwise also beyond noise), failed, went NaN or is missing."""
@@ -290,7 +291,7 @@ def compare(
 
     if fmt not in ("table", "markdown"):
         raise UserError(f"unknown --format '{fmt}'", "use table or markdown")
-    changes, notes = run_compare(base, new, rtol, threshold)
+    changes, notes = run_compare(base, new, rtol, threshold, across_dtypes)
     if fmt == "markdown":
         sys.stdout.write(to_markdown(changes, notes, rtol, strict))
     else:

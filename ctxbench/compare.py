@@ -20,7 +20,11 @@ Two kinds of pair are judged differently:
 Whatever the kind: a value that is NaN, infinite or not a number in NEW where BASE had a number
 *failed*; a cell that failed in NEW (``oom``) or is missing from NEW fails; a cell left partial
 by a hand edit is not compared (a note names it); an effective length that shrank is *worse*.
-Cells of different dtypes never match: a note says so instead of comparing bf16 with float32.
+Cells of different dtypes never match: a note says so instead of comparing bf16 with float32
+(they show as missing/new, so the gate fails). ``across_dtypes`` (``--across-dtypes``) matches them
+anyway, for checking a faster dtype against a float32 baseline: such a pair is never a rerun (the
+numbers move by rounding alone), so it is judged as different weights are, by the size test and the
+noise test, and the table names both dtypes.
 """
 
 from __future__ import annotations
@@ -54,16 +58,19 @@ class Change:
         return self.new - self.base
 
 
-def _cells(records: list[dict], tasks) -> tuple[dict, dict, dict]:
+def _cells(records: list[dict], tasks, across_dtypes: bool = False) -> tuple[dict, dict, dict]:
     """Per view key: the compared row (headline aggregate, or the failure row), its interval
-    bounds, and its per-trial rows (for naming flipped trials and the paired test)."""
+    bounds, and its per-trial rows (for naming flipped trials and the paired test). With
+    ``across_dtypes`` the key's dtype is blank, so cells of two dtypes meet."""
     from .identity import VIEW, view_key
     from .pivot import headline_of
 
+    at = VIEW.index("dtype")
     out, bounds, trials = {}, {}, {}
     for r in records:
         metric = headline_of(r["task"], tasks).metric
-        key = (*view_key(r), metric)
+        view = view_key(r)
+        key = (*view[:at], "", *view[at + 1 :], metric) if across_dtypes else (*view, metric)
         aggregate = r.get("doc", "") in ("", "all") and r.get("trial", "") in ("", "all")
         if (aggregate and r["metric"] == metric) or r["status"] != "ok":
             out[key] = r
@@ -75,8 +82,10 @@ def _cells(records: list[dict], tasks) -> tuple[dict, dict, dict]:
     return {k: (dict(zip(names, k, strict=True)), r) for k, r in out.items()}, bounds, trials
 
 
-def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float | None = None) -> tuple[list[Change], list[str]]:
-    """Per-cell changes and notes; raises UserError for unreadable or foreign files."""
+def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float | None = None,
+            across_dtypes: bool = False) -> tuple[list[Change], list[str]]:  # fmt: skip
+    """Per-cell changes and notes; raises UserError for unreadable or foreign files. With
+    ``across_dtypes``, cells that differ only in dtype are compared (never as reruns)."""
     from .effective import check_threshold
     from .identity import drop_partial
     from .tasks import registry
@@ -93,14 +102,14 @@ def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float 
             notes.append(f"{path}: {len(partial)} partial cell(s) not compared ({'; '.join(partial[:3])}): rows are missing (a hand edit?)")
         loaded.append(records)
     base_records, new_records = loaded
-    (base, base_b, base_t), (new, new_b, new_t) = _cells(base_records, tasks), _cells(new_records, tasks)
+    (base, base_b, base_t), (new, new_b, new_t) = _cells(base_records, tasks, across_dtypes), _cells(new_records, tasks, across_dtypes)
     if not base:
         raise UserError(f"'{base_path}' has no aggregate rows", "give a CSV written by ctxbench")
     digests = lambda cells: {(r["model_digest"], r["data_digest"]) for _, r in cells.values()}  # noqa: E731
     if digests(base) != digests(new):
         notes.append("model or data digests differ between some cells (different weights, or another Python's stdlib corpus): "
                      "those are judged beyond noise, the rest as reruns")  # fmt: skip
-    notes += _dtype_note(base, new)
+    notes += _dtypes_met(base, new) if across_dtypes else _dtype_note(base, new)
     changes = []
     for key in sorted(base.keys() | new.keys(), key=lambda k: tuple(map(str, k))):
         info = (base.get(key) or new.get(key))[0]
@@ -119,11 +128,21 @@ def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float 
             changes.append(Change(info, bv, None, "failed", f"value is {nbad} in NEW where BASE had {bv:.6g}"))
             continue
         bci, nci = _ci(base_b.get(key)), _ci(new_b.get(key))
-        rerun = (b["model_digest"], b["data_digest"]) == (n["model_digest"], n["data_digest"])
+        rerun = (b["model_digest"], b["data_digest"], b["dtype"]) == (n["model_digest"], n["data_digest"], n["dtype"])
+        if b["dtype"] != n["dtype"]:
+            info = {**info, "dtype": f"{b['dtype']} -> {n['dtype']}"}
         status, reason = _verdict(info, bv, nv, rtol, bci, nci, tasks, rerun, base_t.get(key, []), new_t.get(key, []))
         changes.append(Change(info, bv, nv, status, reason, bci, nci))
-    changes += _effective_changes(base_records, new_records, tasks, threshold)
+    changes += _effective_changes(base_records, new_records, tasks, threshold, across_dtypes)
     return changes, notes
+
+
+def _dtypes_met(base: dict, new: dict) -> list[str]:
+    """With ``across_dtypes``: which dtypes were compared with which, said once."""
+    pairs = sorted({(b["dtype"], new[k][1]["dtype"]) for k, (_, b) in base.items() if k in new})
+    pairs = [(bd, nd) for bd, nd in pairs if bd != nd]
+    return [f"--across-dtypes: {bd} cells in BASE are compared with {nd} cells in NEW, beyond noise and never as reruns "
+            f"(rounding alone moves every number)" for bd, nd in pairs]  # fmt: skip
 
 
 def _dtype_note(base: dict, new: dict) -> list[str]:
@@ -134,7 +153,7 @@ def _dtype_note(base: dict, new: dict) -> list[str]:
     b, n = without_dtype(base), without_dtype(new)
     pairs = sorted({(b[k], n[k]) for k in b.keys() & n.keys() if b[k] != n[k]})
     return [f"cells in {bd} in BASE are {nd} in NEW: cells of different dtypes are not compared (they show as missing/new); "
-            f"compare files of one dtype" for bd, nd in pairs]  # fmt: skip
+            f"compare files of one dtype, or pass --across-dtypes" for bd, nd in pairs]  # fmt: skip
 
 
 def _ci(b: dict | None) -> tuple | None:
@@ -231,15 +250,18 @@ def _paired_p(base_trials: list[dict], new_trials: list[dict]) -> float | None:
 
 
 
-def _effective_changes(base_records, new_records, tasks, threshold) -> list[Change]:
-    """An effective length that shrank makes the method's row worse."""
+def _effective_changes(base_records, new_records, tasks, threshold, across_dtypes: bool = False) -> list[Change]:
+    """An effective length that shrank makes the method's row worse (of one dtype in both files,
+    as the cells are, unless ``across_dtypes``)."""
+    from .pivot import SETTING
     from .report import pivots
 
     def lengths(records):
         out = {}
         for p in pivots(records, tasks, threshold=threshold):
+            dtype = "" if across_dtypes or not p.key else p.key[SETTING.index("dtype")]
             for label, eff in p.effective.items():
-                out[(p.model, p.task, p.variant, p.setting, label, p.factor)] = eff
+                out[(p.model, p.task, p.variant, p.setting, label, p.factor, dtype)] = eff
         return out
 
     base, new = lengths(base_records), lengths(new_records)

@@ -122,3 +122,43 @@ def test_other_data_is_judged_beyond_noise_not_as_a_rerun(tmp_path):
     assert "digests differ" in proc.stdout
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ppl | yarn | 2 | 8192 |"))
     assert "rerun" not in line
+
+
+def _as_bf16(rows: list[dict], scale: float = 1.0) -> list[dict]:
+    """The baseline as a bfloat16 run would write it: every row's dtype, and perplexity values
+    (and their intervals) times ``scale``, as rounding would move them."""
+    out = []
+    for r in rows:
+        r = {**r, "dtype": "bfloat16"}
+        if r["task"] == "ppl" and r["metric"] in ("ppl", "ppl_lo", "ppl_hi"):
+            r["value"] = repr(float(r["value"]) * scale)
+        out.append(r)
+    return out
+
+
+def test_bf16_rows_are_not_gated_against_float32_rows_unless_asked(tmp_path):
+    header, rows = _rows()
+    assert {r["dtype"] for r in rows} == {"float32"}
+    proc = _compare(str(BASELINE), _write(tmp_path / "bf16.csv", header, _as_bf16(rows)))
+    assert proc.returncode == 1, proc.stdout  # every cell is missing from NEW: no silent pass
+    assert "cells of different dtypes are not compared" in proc.stdout and "--across-dtypes" in proc.stdout
+    assert "| effective_length |" not in proc.stdout  # effective lengths are not matched across dtypes either
+
+
+def test_across_dtypes_matches_the_cells_and_judges_them_beyond_noise_never_as_reruns(tmp_path):
+    header, rows = _rows()
+    new = _write(tmp_path / "bf16.csv", header, _as_bf16(rows, scale=1 + 1e-6))
+    proc = _compare(str(BASELINE), new, "--across-dtypes", "--strict")
+    assert proc.returncode == 0, proc.stdout  # a rounding-sized move is no failure, even with --strict
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ppl | yarn | 2 | 8192 |"))
+    assert "| ok |" in line and "rerun" not in line
+    assert "float32 cells in BASE are compared with bfloat16 cells in NEW" in proc.stdout
+
+
+def test_across_dtypes_still_fails_a_cell_that_got_worse_beyond_noise(tmp_path):
+    header, rows = _rows()
+    new = _write(tmp_path / "bf16.csv", header, _as_bf16(_worse_ppl(rows, 3.0)))
+    proc = _compare(str(BASELINE), new, "--across-dtypes")
+    assert proc.returncode == 1, proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ppl | yarn | 2 | 8192 |"))
+    assert "**worse**" in line
