@@ -73,11 +73,14 @@ def rope_parameters(setting, geom, factor: float) -> tuple[dict, int | None]:
 
 
 def _rope_fields(setting, geom, factor: float) -> tuple[dict, int | None]:
-    """The frequency method's transformers fields over the base (and partial rotary factor) every method has."""
+    """The frequency method's transformers fields over the base (and partial rotary factor) every method
+    has; for a method transformers cannot express, the fields of vLLM's own rope type (``Exports.fields``)."""
     out: dict = {"rope_theta": geom.base}
     if geom.rotary_dim != geom.head_dim:
         out["partial_rotary_factor"] = geom.rotary_dim / geom.head_dim
-    fields, max_pos = setting.freq.exports.transformers(setting.freq_params(), geom, factor)
+    exports = setting.freq.exports
+    how = exports.transformers if callable(exports.transformers) else exports.fields
+    fields, max_pos = how(setting.freq_params(), geom, factor)
     return {**out, **fields}, max_pos
 
 
@@ -93,9 +96,11 @@ def _transformers(setting, geom, factor) -> dict:
     rope, max_pos = _rope_fields(setting, geom, factor)
     v5: dict = {"rope_parameters": rope}
     v4: dict = {"rope_theta": rope["rope_theta"]}
-    scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    # the model's own partial rotary factor is a config field in 4.x; a method's (proportional's) stays in rope_scaling
+    own = geom.rotary_dim != geom.head_dim
+    scaling = {k: v for k, v in rope.items() if k != "rope_theta" and not (own and k == "partial_rotary_factor")}
     v4["rope_scaling"] = None if scaling.get("rope_type") == "default" else scaling
-    if "partial_rotary_factor" in rope:
+    if own:
         v4["partial_rotary_factor"] = rope["partial_rotary_factor"]
     if max_pos is not None:
         v5["max_position_embeddings"] = v4["max_position_embeddings"] = max_pos

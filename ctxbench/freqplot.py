@@ -34,7 +34,8 @@ def freq_rows(
 
     ``wavelength`` is the pair's *original* wavelength ``2*pi/theta_i`` (the same for every method,
     so it can be an x axis); ``scaled_wavelength = 2*pi/inv_freq`` is the method's. ``scale`` is the
-    original inverse frequency over the method's. ``seq_len`` only matters for dynamic methods and
+    original inverse frequency over the method's; both are ``inf`` for a pair the method does not
+    rotate (frequency 0, ``proportional``'s lowest pairs). ``seq_len`` only matters for dynamic methods and
     defaults to ``factor * L`` (the length the factor is meant to reach). ``method`` is the entry's
     label (``yarn(beta_fast=16)``), so two settings of one method stay apart. Computed with NumPy
     unless ``xp`` names another array namespace: the same float32 operations, no torch import.
@@ -59,8 +60,9 @@ def freq_rows(
                     "pair": pair,
                     "inv_freq": new,
                     "wavelength": 2 * math.pi / theta,
-                    "scaled_wavelength": 2 * math.pi / new,
-                    "scale": theta / new,
+                    # a pair a method leaves unrotated (frequency 0: proportional) turns never
+                    "scaled_wavelength": 2 * math.pi / new if new else math.inf,
+                    "scale": theta / new if new else math.inf,
                     "attention_scale": attention_scale,
                 }
             )
@@ -145,7 +147,7 @@ def plot_freqs(
         )
 
     # y range: always show 1 and s with room for the region labels above
-    ys_all = [r["scale"] for r in rows]
+    ys_all = [r["scale"] for r in rows if math.isfinite(r["scale"])] or [1.0]  # unrotated pairs are left out of the plot
     y_lo = min(min(ys_all), 1.0) / 1.25
     y_hi = max(max(ys_all), float(factor)) * 2.2
     ax.set_ylim(y_lo, y_hi)

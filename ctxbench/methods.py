@@ -322,6 +322,37 @@ def alpha_base(geom: RopeGeometry, scaling_alpha: float | None) -> float:
     return geom.base * float(scaling_alpha) ** (d / (d - 2))
 
 
+def proportional_freqs(
+    geom: RopeGeometry, factor: float, seq_len: int, *, xp, partial_rotary_factor: float | None = None
+) -> tuple[Array, float]:
+    """Proportional RoPE (p-RoPE: Barbero et al., "Round and Round We Go! What makes Rotary
+    Positional Encodings useful?", arXiv 2410.06205; Gemma 4's full-attention layers) as
+    transformers computes it: ``_compute_proportional_rope_parameters``, ``ROPE_INIT_FUNCTIONS
+    ["proportional"]`` in huggingface/transformers ``src/transformers/modeling_rope_utils.py``,
+    v5.24.0. The ``int(p * d // 2)`` highest-frequency pairs keep ``theta_i = b^(-2i/d)``, every
+    lower one gets frequency 0 (cos 1, sin 0: it is not rotated, NoPE), and all are divided by
+    ``s`` (its ``inv_freq /= factor``); attention scale 1. ``p`` is its ``rope_parameters``
+    ``partial_rotary_factor``.
+
+    ``d`` is the rotary dim, the dims the model's rotary module rotates, where transformers uses
+    the head dim: the two agree on every full-rotary model (Llama, Mistral, Qwen, Gemma). On a model
+    whose own ``partial_rotary_factor`` is below 1 (GPT-NeoX, Phi-2, StableLM) ctxbench applies it
+    within the rotated dims, as transformers would on a head of ``d`` dims; transformers' own
+    ``proportional`` on such a config would rotate the whole head with exponents ``2i/head_dim``
+    and pairs ``(i, i + head_dim/2)``, which that model's rotary module does not do, so the
+    transformers export refuses it (:func:`proportional_rope`)."""
+    if partial_rotary_factor is None:  # a bare resolve("proportional"); resolve(..., runnable=True) refuses it
+        raise UserError("method 'proportional' needs its partial_rotary_factor", "pass --param partial_rotary_factor=0.25")
+    d = geom.rotary_dim
+    rope_angles = int(partial_rotary_factor * d // 2)
+    exponents = xp.astype(xp.arange(0, 2 * rope_angles, 2, dtype=xp.int64), xp.float32) / d
+    inv_freq = 1.0 / (geom.base**exponents)
+    nope_angles = d // 2 - rope_angles
+    if nope_angles > 0:
+        inv_freq = xp.concat((inv_freq, xp.zeros(nope_angles, dtype=xp.float32)))
+    return inv_freq / factor, 1.0
+
+
 # Query scales: the log-n family (attention-level methods that multiply the query at 0-based
 # position p by a factor of p alone). ``positions`` is an integer array; the result is float32.
 
@@ -516,7 +547,8 @@ def longrope_check(params: dict, geom: RopeGeometry) -> None:
 
 # What the attention-level methods tell every engine.
 ATTENTION_REFUSAL = "it changes attention itself (ctxbench's own attention function), which no serving engine has"
-# vLLM's rope types ctxbench exports (each checked against transformers' computation of the same type).
+# vLLM's rope types ctxbench exports for ``native`` (each checked against transformers' computation
+# of the same type; ``ntk-mixed`` exports vLLM's own ``ntk`` type, checked against vLLM's code).
 VLLM_ROPE_TYPES = ("default", "linear", "yarn", "llama3", "longrope")
 DYNAMIC_IN_VLLM = "vLLM's 'dynamic' fixes the base once, at s*L tokens, instead of per sequence length"
 
@@ -531,11 +563,16 @@ class Exports:
     * ``vllm(rope_parameters, factor) -> rope_parameters``: transformers' fields as vLLM's
       ``--hf-overrides`` reads them (the same dict where the two agree);
     * ``llamacpp(params, geom, factor) -> {flag: value}``: ``llama-server`` flags but ``--ctx-size``.
+
+    ``fields`` stands in for ``transformers`` where transformers cannot express the method but
+    vLLM can: the same ``(params, geom, factor) -> (fields, max_position_embeddings or None)``,
+    of a rope type only vLLM has (``ntk-mixed``: vLLM's ``ntk`` with ``mixed_b``).
     """
 
     transformers: Callable | str = ""
     vllm: Callable | str = ""
     llamacpp: Callable | str = ""
+    fields: Callable | None = None
 
     @classmethod
     def refused(cls, reason: str) -> Exports:
@@ -654,6 +691,16 @@ def longrope_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict
     return rope, int(round(factor * L))
 
 
+def ntk_mixed_fields(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    """vLLM's ``ntk`` rope type with ``mixed_b``: ``get_rope`` reads ``rope_parameters["factor"]`` and
+    ``rope_parameters.get("mixed_b")`` into ``NTKScalingRotaryEmbedding(..., scaling_factor, dtype,
+    mixed_b)`` (vllm-project/vllm ``vllm/model_executor/layers/rotary_embedding/__init__.py`` at
+    commit 926c71f6f25f8fe0a71ba4b168205e64bef24a36). Its cos/sin cache covers
+    ``max_position_embeddings`` positions and is not stretched by the factor, so that is set to ``s*L``."""
+    rope = {"rope_type": "ntk", "factor": factor, "mixed_b": float(params["mixed_b"])}
+    return rope, int(round(factor * geom.trained_len))
+
+
 def native_export(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int | None]:
     """The model as shipped: its own rope parameters and length."""
     return native_rope(geom), geom.max_positions or None
@@ -670,6 +717,20 @@ def native_vllm(rope: dict, factor: float) -> dict:
     return yarn_vllm(rope, factor) if rope_type == "yarn" else dict(rope)
 
 
+def proportional_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, None]:
+    """transformers' ``proportional`` (v5; 4.x has no such type): its ``partial_rotary_factor`` is
+    the proportion of the head rotated, so a model that rotates only part of its head already
+    cannot take it (see :func:`proportional_freqs`)."""
+    if geom.rotary_dim != geom.head_dim:
+        raise UserError(
+            f"transformers cannot express proportional on a model that rotates {geom.rotary_dim} of its {geom.head_dim} "
+            "head dims: its 'proportional' type rotates the whole head, with exponents 2i/head_dim, and reads "
+            "partial_rotary_factor as the proportion of the head rotated",
+            "export it --to json, or use a model whose rotary dim is its head dim",
+        )
+    return {"rope_type": "proportional", "factor": factor, "partial_rotary_factor": float(params["partial_rotary_factor"])}, None
+
+
 KINDS = ("float", "int", "length", "bool", "choice", "factors")
 
 
@@ -680,7 +741,7 @@ class Param:
     ``kind``: ``float`` (a real number), ``int`` (a whole number), ``length`` (tokens: ``512`` or
     ``2k``), ``bool`` (true/false), ``choice`` (one of ``choices``) or ``factors`` (LongRoPE's
     per-pair factors: a list of numbers, or a JSON file of them). ``low`` bounds numbers from below
-    (``low_inclusive``: ``>=`` rather than ``>``); ``greater_than`` names a parameter of the same
+    (``low_inclusive``: ``>=`` rather than ``>``), ``high`` from above (always ``<=``); ``greater_than`` names a parameter of the same
     method this one must exceed (``beta > alpha``), checked after defaults fill in. A ``None``
     default means the method derives the value (shown and accepted as ``auto``) unless
     ``required``, when the user must give it. ``example`` is the value error messages suggest.
@@ -692,6 +753,7 @@ class Param:
     help: str
     low: float | None = None
     low_inclusive: bool = True
+    high: float | None = None
     choices: tuple[str, ...] = ()
     greater_than: str | None = None
     required: bool = False
@@ -712,6 +774,8 @@ class Param:
         bound = ""
         if self.low is not None:
             bound = f" {'>=' if self.low_inclusive else '>'} {format_value(self.low)}"
+        if self.high is not None:
+            bound += f"{' and' if bound else ''} <= {format_value(self.high)}"
         if self.greater_than:
             bound += f" and > {self.greater_than}" if bound else f" > {self.greater_than}"
         text = {
@@ -781,6 +845,8 @@ def _bounded(p: Param, x):
         raise ValueError("is not a finite number")
     if p.low is not None and not (x >= p.low if p.low_inclusive else x > p.low):
         raise ValueError(f"must be {'>=' if p.low_inclusive else '>'} {format_value(p.low)}")
+    if p.high is not None and not x <= p.high:
+        raise ValueError(f"must be <= {format_value(p.high)}")
     return x
 
 
@@ -961,11 +1027,22 @@ METHODS: dict[str, Method] = {
                         low=0, low_inclusive=False, required=True, example=0.625),),
         exports=Exports(
             "transformers has no rope type with NTK-RoPE-mixed's per-pair factors exp(a*m^b)",
-            "ctxbench exports only vLLM rope types it checks against transformers "
-            "(vLLM's own 'ntk' type with mixed_b computes it, untested here)",
-            "llama.cpp has no per-pair NTK-RoPE-mixed factors",
+            same_in_vllm, "llama.cpp has no per-pair NTK-RoPE-mixed factors", fields=ntk_mixed_fields,
         ),
     ),  # fmt: skip
+    "proportional": Method(
+        "proportional", proportional_freqs, "theta_i / s for the int(p*d/2) highest-frequency pairs, 0 (not rotated) for the rest",
+        "p-RoPE, arXiv 2410.06205; transformers 'proportional' (Gemma 4)",
+        declared=(Param("partial_rotary_factor", None, "float", "p: the proportion of rotary pairs kept, highest frequencies "
+                        "first (transformers' partial_rotary_factor; Gemma 4: 0.25)", low=0, low_inclusive=False, high=1,
+                        required=True, example=0.25),),
+        exports=Exports(
+            proportional_rope,
+            "vLLM's 'proportional' (Gemma4RotaryEmbedding, vllm/model_executor/layers/rotary_embedding/gemma4_rope.py "
+            "@41c5903) reads no factor: it never divides the frequencies by s",
+            "llama.cpp has no proportional (partly unrotated) RoPE flags",
+        ),
+    ),
     "ntk-alpha": Method(
         "ntk-alpha", ntk_alpha_freqs, "base b*alpha^(d/(d-2)) (alpha given, not s)",
         "Hunyuan dynamic NTK alpha; vLLM DynamicNTKAlphaRotaryEmbedding",

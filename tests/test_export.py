@@ -28,7 +28,7 @@ ROUND_TRIP = [
     ("none", None), ("linear", None), ("ntk", None), ("theta", {"theta": 5e5}), ("dynamic-ntk", None), ("yarn", None),
     ("yarn", {"beta_fast": 16, "beta_slow": 2, "truncate": False}), ("yarn", {"attention_factor": 1.3}),
     ("llama3", {"low_freq_factor": 2.0, "high_freq_factor": 8.0}), ("longrope", {"factors": LONG}),
-    ("ntk-alpha", {"scaling_alpha": 50.0}),
+    ("ntk-alpha", {"scaling_alpha": 50.0}), ("proportional", {"partial_rotary_factor": 0.5}),
 ]  # fmt: skip
 
 
@@ -91,7 +91,7 @@ def _vllm(text: str) -> tuple[dict, int]:
     return json.loads(argv[1]), int(argv[3])
 
 
-@pytest.mark.parametrize("method,params", [m for m in ROUND_TRIP if m[0] != "dynamic-ntk"])
+@pytest.mark.parametrize("method,params", [m for m in ROUND_TRIP if m[0] not in ("dynamic-ntk", "proportional")])
 def test_vllm_overrides_carry_the_transformers_rope_parameters(method, params):
     overrides, model_len = _vllm(export(method, FACTOR, "vllm", params=params, **GEOM))
     v5 = export_settings(method, FACTOR, "transformers", params=params, **GEOM)["transformers>=5"]

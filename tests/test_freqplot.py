@@ -104,7 +104,7 @@ def test_plot_bad_axis(rows, tmp_path):
 ALL_FREQUENCY_METHODS = [
     ("none", {}), ("linear", {}), ("ntk", {}), ("dynamic-ntk", {}), ("ntk-by-parts", {}), ("yarn", {}),
     ("dynamic-yarn", {}), ("llama3", {}), ("longrope", {"factors": [1.0 + 0.1 * i for i in range(32)]}),
-    ("theta", {"theta": 1e6}),
+    ("theta", {"theta": 1e6}), ("proportional", {"partial_rotary_factor": 0.25}),
 ]  # fmt: skip
 
 

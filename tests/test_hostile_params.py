@@ -159,6 +159,13 @@ PARAM_CASES = [
     ("ntk-mixed", ["mixed_b=0"], ["ntk-mixed parameter mixed_b", "0 must be > 0"]),
     ("ntk-mixed", ["mixed_b=abc"], ["ntk-mixed parameter mixed_b", "'abc' is not a number"]),
     ("ntk-mixed", ["mixed_b=NaN"], ["ntk-mixed parameter mixed_b", "nan is not a finite number"]),
+    # proportional: partial_rotary_factor required, > 0 and <= 1
+    ("proportional", [], ["method 'proportional' needs parameter partial_rotary_factor", "a number > 0 and <= 1"]),
+    ("proportional", ["partial_rotary_factor=0"], ["proportional parameter partial_rotary_factor", "0 must be > 0"]),
+    ("proportional", ["partial_rotary_factor=1.5"], ["proportional parameter partial_rotary_factor", "1.5 must be <= 1"]),
+    ("proportional", ["partial_rotary_factor=abc"], ["proportional parameter partial_rotary_factor", "'abc' is not a number"]),
+    ("proportional", ["partial_rotary_factor=NaN"], ["proportional parameter partial_rotary_factor", "nan is not a finite"]),
+    ("proportional+logn", ["partial_rotary_factor=-1"], ["proportional parameter partial_rotary_factor", "-1 must be > 0"]),
     # ntk-alpha: scaling_alpha required, >= 1
     ("ntk-alpha", [], ["method 'ntk-alpha' needs parameter scaling_alpha", "a number >= 1"]),
     ("ntk-alpha", ["scaling_alpha=0.5"], ["ntk-alpha parameter scaling_alpha", "0.5 must be >= 1"]),
@@ -260,6 +267,7 @@ EXPORT_CASES = [
      ["string local_value 2048 must be <= window 1351", "local_value=N"]),  # fmt: skip
     ("string", "json", ["window=100", "local_value=101"], ["string local_value 101 must be <= window 100"]),
     ("string", "vllm", ["window=0"], ["string parameter window", "0 must be >= 1"]),
+    ("proportional", "transformers", ["partial_rotary_factor=2"], ["proportional parameter partial_rotary_factor", "2 must be <= 1"]),
 ]
 
 

@@ -133,8 +133,12 @@ def test_each_entry_is_complete():
         for engine in ("transformers", "vllm", "llamacpp"):
             how = getattr(m.exports, engine)
             assert callable(how) or isinstance(how, str), (name, engine)
-        # vLLM reads transformers' fields: it can take only what transformers can
-        assert m.exports.refusal("vllm") is not None or m.exports.refusal("transformers") is None, name
+        # vLLM reads transformers' fields, or where transformers cannot, the fields of a rope type
+        # only vLLM has (``Exports.fields``): it can take only what one of them gives
+        assert m.exports.refusal("vllm") is not None or m.exports.refusal("transformers") is None \
+            or callable(m.exports.fields), name
+        if m.exports.fields is not None:  # only for what transformers refuses and vLLM takes
+            assert m.exports.refusal("transformers") is not None and m.exports.refusal("vllm") is None, name
 
 
 def test_the_registry_views_are_what_the_entries_say():

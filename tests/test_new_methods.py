@@ -94,6 +94,30 @@ def test_ntk_mixed_numpy_frequencies_equal_the_torch_ones():
     assert got.tolist() == pytest.approx(want.tolist(), rel=2.4e-7, abs=0)  # at most 2 float32 ulp
 
 
+@pytest.mark.parametrize("head_dim,rotary_dim,s,b", [(64, 64, 4.0, 0.625), (128, 128, 16.0, 0.25), (80, 80, 1.5, 1.0),
+                                                      (128, 32, 8.0, 0.75)])  # fmt: skip
+def test_ntk_mixed_exports_vllms_ntk_type_whose_frequencies_are_ctxbenchs(head_dim, rotary_dim, s, b, tmp_path):
+    """The ``--hf-overrides`` rope_parameters as vLLM's ``get_rope`` reads them (rope type ``ntk``,
+    ``factor``, ``mixed_b``, ``partial_rotary_factor``; tests/reference/vllm_rope.py) give the
+    frequencies ctxbench patches, bit for bit; its cos/sin cache covers ``max_position_embeddings``,
+    so that is ``s*L``. The last case is a model (StableLM) that rotates a quarter of its head."""
+    from transformers import StableLmConfig
+
+    L = 4096
+    cfg = StableLmConfig(hidden_size=2 * head_dim, num_attention_heads=2, partial_rotary_factor=rotary_dim / head_dim,
+                         max_position_embeddings=L, rope_parameters={"rope_type": "default", "rope_theta": 1e4})  # fmt: skip
+    cfg.save_pretrained(tmp_path / "m")
+    g = RopeGeometry.from_config(cfg)
+    assert (g.head_dim, g.rotary_dim, g.trained_len) == (head_dim, rotary_dim, L)
+    out = export_settings("ntk-mixed", s, "vllm", params={"mixed_b": b}, model=str(tmp_path / "m"))
+    rope = out["hf_overrides"]["rope_parameters"]
+    partial = {} if rotary_dim == head_dim else {"partial_rotary_factor": rotary_dim / head_dim}
+    assert rope == {"rope_theta": 1e4, **partial, "rope_type": "ntk", "factor": s, "mixed_b": b}
+    assert out["hf_overrides"]["max_position_embeddings"] == out["max_model_len"] == int(round(s * L))
+    want, _ = ours("ntk-mixed", g, s, {"mixed_b": b})
+    assert torch.equal(vllm_rope.get_rope_inv_freq(head_dim, rope), want)
+
+
 def test_ntk_mixed_needs_its_exponent_before_anything_runs():
     with pytest.raises(UserError, match="method 'ntk-mixed' needs parameter mixed_b"):
         resolve("ntk-mixed", runnable=True)
@@ -297,8 +321,10 @@ def test_ssmax_queries_after_a_kv_cache_are_scaled_by_their_absolute_position(id
 # --- export ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("engine", ["transformers", "vllm", "llamacpp"])
-@pytest.mark.parametrize("method,params", [("ntk-mixed", {"mixed_b": 0.625}), ("ssmax", None), ("yarn+ssmax", None)])
+@pytest.mark.parametrize("engine,method,params", [
+    *(("transformers", "ntk-mixed", {"mixed_b": 0.625}), ("llamacpp", "ntk-mixed", {"mixed_b": 0.625})),
+    *((e, m, None) for e in ("transformers", "vllm", "llamacpp") for m in ("ssmax", "yarn+ssmax")),
+])  # fmt: skip
 def test_export_refuses_what_an_engine_cannot_express_naming_the_engine(engine, method, params):
     with pytest.raises(UserError, match=re.escape(f"{engine} cannot express method '{method}'")) as info:
         export(method, 2, engine, params=params, **GEOM)

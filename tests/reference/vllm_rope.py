@@ -7,6 +7,8 @@ Source: vllm-project/vllm (Apache-2.0, Copyright contributors to the vLLM projec
     ``DynamicNTKAlphaRotaryEmbedding._compute_cos_sin_cache``, at commit a42938c2e7432785b64b436dd8b9905ad854cbb1
   * vllm/model_executor/layers/rotary_embedding/base.py, ``RotaryEmbeddingBase._compute_inv_freq``,
     at commit 072d10a084c2b89e63323c781eacd7d7e218ba2b
+  * vllm/model_executor/layers/rotary_embedding/__init__.py, ``get_rope``: the keys it reads and its
+    ``ntk`` branch, at commit 926c71f6f25f8fe0a71ba4b168205e64bef24a36
 
 The same tensor operations, dtypes and order as those methods (torch, default dtype float32, on
 CPU), written as free functions of (rotary_dim, base, ...) instead of module attributes; nothing
@@ -45,3 +47,23 @@ def ntk_alpha_inv_freq(rotary_dim: int, base: float, scaling_alpha: float) -> to
     the frequencies its cos/sin cache is built from, ``base * alpha ** (d / (d - 2))``."""
     new_base = base * scaling_alpha ** (rotary_dim / (rotary_dim - 2))
     return base_inv_freq(rotary_dim, new_base)
+
+
+def get_rope_inv_freq(head_size: int, rope_parameters: dict) -> torch.Tensor:
+    """The inverse frequencies of what ``get_rope(head_size, max_position, rope_parameters=...)``
+    builds, for the rope types transcribed here (``ntk``): the keys as it reads them.
+
+    ``base = rope_parameters.get("rope_theta", 10000)``, ``rope_type`` default ``"default"``,
+    ``rotary_dim = int(head_size * rope_parameters.get("partial_rotary_factor", 1.0))`` (a factor
+    outside (0, 1] is its ValueError); ``ntk``: ``NTKScalingRotaryEmbedding(head_size, rotary_dim,
+    max_position, base, is_neox_style, rope_parameters["factor"], dtype, rope_parameters.get("mixed_b"))``.
+    """
+    base = rope_parameters.get("rope_theta", 10000)
+    scaling_type = rope_parameters.get("rope_type", "default")
+    partial_rotary_factor = rope_parameters.get("partial_rotary_factor", 1.0)
+    if partial_rotary_factor <= 0.0 or partial_rotary_factor > 1.0:
+        raise ValueError(f"{partial_rotary_factor=} must be between 0.0 and 1.0")
+    rotary_dim = int(head_size * partial_rotary_factor)
+    if scaling_type == "ntk":
+        return ntk_scaling_inv_freq(rotary_dim, base, rope_parameters["factor"], rope_parameters.get("mixed_b"))
+    raise ValueError(f"rope type {scaling_type} is not transcribed here")
