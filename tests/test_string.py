@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_llama as conftest_tiny_llama
 from reference import string_hkunlp
-from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+from transformers import AttentionInterface, LlamaForCausalLM
 
 from ctxbench.errors import UserError
 from ctxbench.geometry import RopeGeometry
@@ -62,17 +63,9 @@ AttentionInterface.register("string-reference", _reference_attention)
 
 
 def tiny_llama() -> LlamaForCausalLM:
-    """2 layers, 4 query heads sharing 2 key/value heads, head dim 16; weights large enough that
-    positions change the logits by O(1)."""
-    cfg = LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=VOCAB, max_position_embeddings=TRAINED, initializer_range=0.1,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
-        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},
-    )  # fmt: skip
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    return LlamaForCausalLM(cfg).eval()
+    """2 layers, 4 query heads sharing 2 key/value heads, head dim 16 (conftest's tiny model);
+    weights large enough that positions change the logits by O(1)."""
+    return conftest_tiny_llama(vocab_size=VOCAB, initializer_range=0.1, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
 def logits(model, ids) -> torch.Tensor:
