@@ -167,17 +167,9 @@ def decode_shared(
     """Greedy answers of every prompt, yielded group by group (see the module docstring).
     ``finished(i, tokens)``: prompt ``i``'s answer so far is final (its decoding may stop)."""
     device = next(model.parameters()).device
-    p = plan(prompts)
-    stream = prompts[p.stream]
     per_prompt = cache_bytes_per_token(model) * (max(len(q) for q in prompts) + max_new_tokens)
     batch = max(1, budget // max(1, per_prompt))
-    running, done = None, 0  # KV cache of stream[:done]
-    for s, g, members in p.groups:
-        t0 = time.perf_counter()
-        running = extend(model, stream[done:s], running)
-        done = s
-        base = extend(model, prompts[members[0]][s:g], copy.deepcopy(running))
-        shared_seconds = (time.perf_counter() - t0) / len(members)
+    for g, members, base, shared_seconds in _shared_groups(model, prompts):
         by_size: dict[int, list[int]] = {}
         for i in members:
             by_size.setdefault(len(prompts[i]), []).append(i)
@@ -194,6 +186,23 @@ def decode_shared(
                 spent = (time.perf_counter() - t0) / len(chunk)
                 for i, new in zip(chunk, outs, strict=True):
                     yield Answer(i, tuple(new), shared_seconds + spent)
+        del base  # before the next group's cache is built: one group's cache at a time
+
+
+def _shared_groups(model, prompts: Sequence[Sequence[int]]) -> Iterator[tuple]:
+    """Walk :func:`plan`'s groups of ``prompts``: the stream's KV cache is extended once, each
+    group's shared part once on a copy. Yields ``(g, members, base, shared_seconds)``: the group's
+    shared length, its prompt indices, the KV cache of its first ``g`` tokens (callers copy it
+    before use) and each member's share of the seconds that cost."""
+    p = plan(prompts)
+    stream = prompts[p.stream]
+    running, done = None, 0  # KV cache of stream[:done]
+    for s, g, members in p.groups:
+        t0 = time.perf_counter()
+        running = extend(model, stream[done:s], running)
+        done = s
+        base = extend(model, prompts[members[0]][s:g], copy.deepcopy(running))
+        yield g, members, base, (time.perf_counter() - t0) / len(members)
         del base
 
 
@@ -210,15 +219,7 @@ def score_shared(model, prompts: Sequence[Sequence[int]], continuations: Sequenc
 
     device = next(model.parameters()).device
     body = decoder(model)
-    p = plan(prompts)
-    stream = prompts[p.stream]
-    running, done = None, 0  # KV cache of stream[:done]
-    for s, g, members in p.groups:
-        t0 = time.perf_counter()
-        running = extend(model, stream[done:s], running)
-        done = s
-        base = extend(model, prompts[members[0]][s:g], copy.deepcopy(running))
-        shared_seconds = (time.perf_counter() - t0) / len(members)
+    for g, members, base, shared_seconds in _shared_groups(model, prompts):
         for i in members:
             t0 = time.perf_counter()
             cont = list(continuations[i])
@@ -227,4 +228,4 @@ def score_shared(model, prompts: Sequence[Sequence[int]], continuations: Sequenc
             logits = head_logits(model, hidden[:, -len(cont) :])[0]  # (k, vocab)
             nll = F.cross_entropy(logits, torch.tensor(cont, device=device), reduction="none").cpu()
             yield Scored(i, nll, shared_seconds + time.perf_counter() - t0)
-        del base
+        del base  # before the next group's cache is built
