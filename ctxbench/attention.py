@@ -30,6 +30,12 @@ and :func:`ctxbench.patching.applied` hands its answers over in the :class:`Atte
   ``rerope+logn``, ``leaky-rerope+logn`` and ``self-extend+logn`` (or ``+ssmax``) do both, as
   ReRoPE's author's code (bojone/rerope, and the yarn repository's copy) always does with log-n:
   every query, in both branches, is multiplied by the factor before the positions are applied.
+
+On a per-layer-type model (Gemma 3) the method runs on the full-attention layers only;
+:func:`ctxbench.patching.applied` gives each sliding-window layer ``plan=None`` and its window
+(``_ctxbench_window``), and :func:`_windowed` runs it as shipped: its own rotary already applied,
+keys ``0 <= i - j < window`` (transformers' ``sliding_window_overlay``), counted from the last key,
+so a cache that keeps only the window's keys gives the same result.
 """
 
 from __future__ import annotations
@@ -294,13 +300,37 @@ def _fused(w, q, k, v, scaling, q_pos, far_q, far_k, near_q, near_k):
     return out
 
 
+def _windowed(q, k, v, scaling, window: int):
+    """Plain attention of a sliding-window layer kept as shipped: query ``i`` sees keys
+    ``0 <= i - j < window``, positions aligned at the last key; one kernel call per block of
+    ``NEAR_BLOCK`` queries over its band of keys, never wider than ``block + window``."""
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    rep = h // k.shape[1]
+    k, v = (t.repeat_interleave(rep, dim=1) if rep > 1 else t for t in (k, v))
+    out = torch.empty(b, h, n_q, v.shape[-1], dtype=q.dtype, device=q.device)
+    k_idx = torch.arange(n_k, device=q.device)
+    q_pos = k_idx[n_k - n_q :]
+    for a in range(0, n_q, NEAR_BLOCK):
+        e = min(n_q, a + NEAR_BLOCK)
+        pos = q_pos[a:e]
+        lo, last = max(0, int(pos[0]) - window + 1), int(pos[-1])
+        rel = pos[:, None] - k_idx[None, lo : last + 1]
+        part, _ = _attend(q[:, :, a:e], k[:, :, lo : last + 1], v[:, :, lo : last + 1], scaling, (rel >= 0) & (rel < window))
+        out[:, :, a:e] = part.to(out.dtype)
+    return out
+
+
 def ctxbench_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers attention function: (b, h, q, d) inputs -> ((b, q, h, d) output, None)."""
     plan: AttentionPlan | None = getattr(module, "_ctxbench_plan", None)
-    if plan is None:
-        raise RuntimeError("ctxbench attention called on a module without a plan; apply a method with patching.applied")
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
+    if plan is None:
+        window = getattr(module, "_ctxbench_window", None)
+        if window is None:
+            raise RuntimeError("ctxbench attention called on a module without a plan; apply a method with patching.applied")
+        return _windowed(query, key, value, scaling, window).transpose(1, 2).contiguous(), None
     n_q, n_k = query.shape[2], key.shape[2]
     k_pos = torch.arange(n_k, device=query.device)
     q_pos = k_pos[n_k - n_q :]

@@ -6,8 +6,17 @@ Those fields moved between transformers versions (``rope_theta``/``rope_scaling`
 Models without RoPE are read too, as baselines: ``position`` is ``"alibi"`` (BLOOM, MPT, Falcon
 with ``alibi``) or ``"absolute"`` (a learned position table: GPT-2, OPT, GPT-Neo, ...). Only
 ``none`` and ``native`` apply to them (see :func:`ctxbench.methods.check_applicable`). A rotary
-layout ctxbench cannot drive (GPT-J/CodeGen's interleaved pairs, per-layer-type RoPE) is a
-:class:`UserError` here, never a silent mis-patch later.
+layout ctxbench cannot drive (GPT-J/CodeGen's interleaved pairs) is a :class:`UserError` here,
+never a silent mis-patch later.
+
+Per-layer-type RoPE (Gemma 3 and later: ``rope_parameters`` keyed by layer type, e.g.
+``{"full_attention": {...}, "sliding_attention": {...}}``) is read for the full-attention layers
+(:data:`LONG_LAYER_TYPE`), the type whose parameters carry the model's long-context scaling — as
+transformers' ``Gemma3TextConfig.convert_rope_params_to_dict`` puts a legacy ``rope_scaling`` on
+``full_attention`` only and Gemma 3 ships ``linear`` factor 8 there, its sliding layers unscaled at
+base 10k. The geometry is that type's: its base, its parameters as ``native``, its trained length;
+``layer_type`` names it, and :mod:`ctxbench.patching` rewrites that type's rotary table only,
+keeping every other type's as shipped.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ from .errors import UserError
 POSITIONS = ("rope", "alibi", "absolute")
 # Config keys that mean a rotary embedding of a kind ctxbench does not read (GPT-J, CodeGen: interleaved pairs).
 _OTHER_ROTARY_KEYS = ("rotary_dim", "rotary_emb_dim", "rotary", "rope_ratio")
+# Per-layer-type RoPE: the layer type a method applies to (the others keep their shipped rotary).
+LONG_LAYER_TYPE = "full_attention"
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,8 @@ class RopeGeometry:
     native: dict = field(default_factory=dict, compare=False, hash=False)
     position: str = "rope"  # rope | alibi | absolute
     max_positions: int = field(default=0, compare=False)  # config's max_position_embeddings (0: unknown)
+    # per-layer-type RoPE: the layer type this geometry describes and methods rewrite ("": one RoPE for all layers)
+    layer_type: str = ""
 
     def __post_init__(self) -> None:
         if self.position not in POSITIONS:
@@ -72,13 +85,14 @@ class RopeGeometry:
         params = getattr(config, "rope_parameters", None) or {}
         if not isinstance(params, dict):
             params = dict(params)
-        layer_types = getattr(config, "layer_types", None) or ()
-        if params and any(key in layer_types for key in params):
-            raise UserError(
-                f"model type '{config.model_type}' uses a different RoPE per layer type",
-                "ctxbench supports models with one RoPE configuration (Llama, Mistral, Qwen2/3, Phi-3, GPT-NeoX, ...)",
-            )
+        layer_types = tuple(getattr(config, "layer_types", None) or ())
+        layer_type = ""
         legacy = getattr(config, "rope_scaling", None) or {}
+        if params and any(key in layer_types for key in params):
+            params, layer_type, legacy = _long_layer_params(config, params, layer_types), LONG_LAYER_TYPE, {}
+            per_layer = getattr(config, "per_layer_config", None)  # Gemma 4: that type's head dim lives there
+            if per_layer is not None:
+                config = per_layer[LONG_LAYER_TYPE]
         base = (
             params.get("rope_theta")
             or getattr(config, "rope_theta", None)
@@ -108,7 +122,20 @@ class RopeGeometry:
             model_type=str(getattr(config, "model_type", "")),
             native=native,
             max_positions=int(getattr(config, "max_position_embeddings", None) or 0),
+            layer_type=layer_type,
         )
+
+
+def _long_layer_params(config, params: dict, layer_types: tuple) -> dict:
+    """The rope parameters of the full-attention layers of a per-layer-type config, or one error."""
+    long = params.get(LONG_LAYER_TYPE)
+    if LONG_LAYER_TYPE not in layer_types or not isinstance(long, dict) or not long.get("rope_theta"):
+        raise UserError(
+            f"model type '{config.model_type}' keys its RoPE by layer type ({', '.join(sorted(set(layer_types)))}) "
+            f"with no '{LONG_LAYER_TYPE}' layers or no rope_theta for them",
+            f"ctxbench applies a method to the '{LONG_LAYER_TYPE}' layers' RoPE and keeps the other layer types as shipped",
+        )
+    return dict(long)
 
 
 def _uses_alibi(config) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from .errors import UserError
 from .geometry import RopeGeometry
 
-GEOMETRY_VERSION = 1  # bump when RopeGeometry's fields or their reading change: old cache entries are ignored
+GEOMETRY_VERSION = 2  # bump when RopeGeometry's fields or their reading change: old cache entries are ignored
 
 DEFAULT_MODEL = "smollm2-135m"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -6,6 +6,14 @@ GPT-NeoX, ... all keep an ``inv_freq`` buffer and an ``attention_scaling`` attri
 the originals back on exit, so one loaded model serves a whole grid with no state leaking
 between cells.
 
+A per-layer-type model (Gemma 3: ``geom.layer_type`` set, see :mod:`ctxbench.geometry`) keeps one
+table per layer type in its rotary module (``full_attention_inv_freq``,
+``sliding_attention_inv_freq``, ...): the method is written into the geometry's type's table only
+and every other type's table stays as shipped. An attention-level method runs on the attention
+modules of that type; the others (sliding-window layers) go on attending as shipped, with their
+own rotary and window (:func:`ctxbench.attention.ctxbench_attention` with ``plan=None`` and
+``_ctxbench_window``); a layer of another type without a sliding window is one error.
+
 Dynamic methods get ``seq_len`` — the length of the whole sequence of the call (prompt plus new
 tokens when generating) — once, so every key in the cache is rotated with the same frequencies.
 transformers' own per-step dynamic update is switched off while a method is applied (the rotary
@@ -46,6 +54,29 @@ def rotary_modules(model: nn.Module) -> list[nn.Module]:
     return found
 
 
+def rotary_tables(model: nn.Module, geom: RopeGeometry) -> list[tuple[nn.Module, str]]:
+    """``(module, prefix)`` of every rotary table a method rewrites: ``module.{prefix}inv_freq`` (and
+    ``{prefix}attention_scaling``); the prefix is ``""``, or ``"<layer type>_"`` on a per-layer-type model."""
+    if not geom.layer_type:
+        return [(m, "") for m in rotary_modules(model)]
+    prefix = f"{geom.layer_type}_"
+    found = [(m, prefix) for m in model.modules() if isinstance(getattr(m, f"{prefix}inv_freq", None), torch.Tensor)]
+    if not found:
+        raise UserError(
+            f"{type(model).__name__} has no rotary module holding '{geom.layer_type}' frequencies, "
+            "which its config's per-layer-type RoPE says it has",
+            "ctxbench drives transformers' per-layer-type rotary modules (Gemma 3: <layer type>_inv_freq buffers)",
+        )
+    return found
+
+
+def _no_dynamic_update(module: nn.Module, layer_type: str):
+    """``rope_type`` that keeps transformers' dynamic update off the rewritten table: ``"default"``, or
+    a per-layer-type module's dict with that type's entry ``"default"`` (a new dict; the original is restored)."""
+    rope_type = module.rope_type
+    return {**rope_type, layer_type: "default"} if isinstance(rope_type, dict) else "default"
+
+
 def attention_modules(model: nn.Module) -> list[nn.Module]:
     """Self-attention modules: the ones transformers calls the attention interface from."""
     return [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "scaling") and hasattr(m, "config")]
@@ -66,28 +97,32 @@ def applied(
         yield None, 1.0
         return
     inv_freq, scale = frequencies(setting, geom, factor, seq_len)
-    rotaries = rotary_modules(model)
-    saved = [(m, m.inv_freq, getattr(m, "attention_scaling", None), getattr(m, "rope_type", None)) for m in rotaries]
+    tables = rotary_tables(model, geom)
+    saved = [
+        (m, p, getattr(m, f"{p}inv_freq"), getattr(m, f"{p}attention_scaling", None), getattr(m, "rope_type", None))
+        for m, p in tables
+    ]
     attn_saved: list[nn.Module] = []
     impl = getattr(model.config, "_attn_implementation", None)
     try:
-        for module, original, _, _ in saved:
+        for module, prefix, original, _, _ in saved:
             if original.shape != inv_freq.shape:
                 raise UserError(
                     f"the model's rotary module has {original.shape[-1]} frequencies, the method computed {inv_freq.shape[-1]}",
                     "this model's RoPE layout is not supported (per-layer or proportional RoPE)",
                 )
-            if scale != 1.0 and not hasattr(module, "attention_scaling"):
+            if scale != 1.0 and not hasattr(module, f"{prefix}attention_scaling"):
                 raise UserError(
                     f"{type(module).__name__} cannot scale attention, which method '{setting.name}' needs",
                     "pick a method without attention scaling (e.g. ntk, linear) or a newer transformers",
                 )
             identity = setting.attention is not None  # the attention function rotates q and k itself
-            module.inv_freq = (torch.zeros_like(inv_freq) if identity else inv_freq).to(original.device)
-            if hasattr(module, "attention_scaling"):
-                module.attention_scaling = 1.0 if identity else scale
-            if isinstance(getattr(module, "rope_type", None), str):
-                module.rope_type = "default"  # keep transformers' dynamic update from rewriting our buffer
+            setattr(module, f"{prefix}inv_freq", (torch.zeros_like(inv_freq) if identity else inv_freq).to(original.device))
+            if hasattr(module, f"{prefix}attention_scaling"):
+                setattr(module, f"{prefix}attention_scaling", 1.0 if identity else scale)
+            if isinstance(getattr(module, "rope_type", None), (str, dict)):
+                # keep transformers' dynamic update from rewriting our buffer
+                module.rope_type = _no_dynamic_update(module, geom.layer_type)
         if setting.attention is not None:
             params = effective_params(setting, geom, factor)
             plan = AttentionPlan(  # what the entry says, bound to this setting: attention.py asks no names
@@ -100,7 +135,7 @@ def applied(
                 query_scale=partial(query_scale, setting, geom) if setting.scales_queries else None,
             )
             for module in attention_modules(model):
-                module._ctxbench_plan = plan
+                module._ctxbench_plan = plan if _runs_method(module, geom, setting) else None
                 attn_saved.append(module)
             if not attn_saved:
                 raise UserError(
@@ -110,13 +145,36 @@ def applied(
             model.set_attn_implementation(ATTENTION_NAME)
         yield inv_freq, scale
     finally:
-        for module, original, scaling, rope_type in saved:
-            module.inv_freq = original
+        for module, prefix, original, scaling, rope_type in saved:
+            setattr(module, f"{prefix}inv_freq", original)
             if scaling is not None:
-                module.attention_scaling = scaling
+                setattr(module, f"{prefix}attention_scaling", scaling)
             if rope_type is not None:
                 module.rope_type = rope_type
         for module in attn_saved:
             del module._ctxbench_plan
+            if hasattr(module, "_ctxbench_window"):
+                del module._ctxbench_window
         if attn_saved and impl is not None:
             model.set_attn_implementation(impl)
+
+
+def _runs_method(module: nn.Module, geom: RopeGeometry, setting: MethodSetting) -> bool:
+    """Whether an attention module runs the attention-level method: every one on a one-RoPE model;
+    on a per-layer-type model those of the geometry's type, while a sliding-window layer of another
+    type is marked to attend as shipped (``_ctxbench_window``) and any other layer is one error."""
+    if not geom.layer_type:
+        return True
+    layer_type = getattr(module, "layer_type", None)
+    if layer_type == geom.layer_type:
+        return True
+    window = getattr(module, "sliding_window", None)
+    if layer_type is None or not isinstance(window, int) or window < 1:
+        raise UserError(
+            f"method '{setting.name}' cannot run on {type(module).__name__} layer {getattr(module, 'layer_idx', '?')} "
+            f"(layer type {layer_type!r}): ctxbench keeps only sliding-window layers as shipped beside "
+            f"the '{geom.layer_type}' layers it applies an attention-level method to",
+            "pick a frequency method (e.g. yarn, ntk, linear) or native for this model",
+        )
+    module._ctxbench_window = window
+    return False

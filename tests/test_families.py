@@ -136,11 +136,13 @@ def test_interleaved_rotary_layouts_are_user_errors(config_name):
         RopeGeometry.from_config(cfg)
 
 
-def test_per_layer_type_rope_is_a_user_error():
+def test_per_layer_type_rope_is_read_for_the_full_attention_layers():
+    """Gemma 3 is no longer refused: its geometry is the full-attention layers' (tests/test_layer_types.py);
+    six layers, so its default pattern (five sliding, one full) has a full-attention layer."""
     cfg = transformers.Gemma3TextConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                        num_hidden_layers=2, intermediate_size=64, vocab_size=VOCAB)  # fmt: skip
-    with pytest.raises(UserError, match="different RoPE per layer type"):
-        RopeGeometry.from_config(cfg)
+                                        num_hidden_layers=6, intermediate_size=64, vocab_size=VOCAB)  # fmt: skip
+    geom = RopeGeometry.from_config(cfg)
+    assert (geom.layer_type, geom.base) == ("full_attention", 1_000_000.0)
 
 
 def test_rotary_module_of_another_size_is_a_user_error_not_a_mis_patch(ids):
