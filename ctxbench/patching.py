@@ -109,7 +109,7 @@ def applied(
             if original.shape != inv_freq.shape:
                 raise UserError(
                     f"the model's rotary module has {original.shape[-1]} frequencies, the method computed {inv_freq.shape[-1]}",
-                    "this model's RoPE layout is not supported (per-layer or proportional RoPE)",
+                    "this model's RoPE layout is not supported (e.g. proportional RoPE, whose table holds zeros past the rotated pairs)",
                 )
             if scale != 1.0 and not hasattr(module, f"{prefix}attention_scaling"):
                 raise UserError(

@@ -216,3 +216,29 @@ def test_cli_runs_a_gemma3_model(saved, tmp_path, monkeypatch, capsys):
     assert code in (0, None), captured.err
     assert "3 cell(s) run" in captured.out
     assert "different RoPE per layer type" not in captured.err + captured.out
+
+
+
+def test_cli_refusal_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """A Gemma 3 whose layers are all sliding (two layers, the default pattern of five sliding to one
+    full) has no full-attention RoPE for a method to apply to: one line, exit 2, before any plan."""
+    torch.manual_seed(0)
+    cfg = transformers.Gemma3TextConfig(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+        intermediate_size=64, vocab_size=VOCAB, max_position_embeddings=TRAINED, sliding_window=WINDOW,
+        bos_token_id=256, eos_token_id=257, pad_token_id=257,
+    )  # fmt: skip
+    assert set(cfg.layer_types) == {"sliding_attention"}
+    transformers.Gemma3ForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    byte_tokenizer().save_pretrained(tmp_path / "model")
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    argv = ["ppl", "--model", "model", "--dataset", "corpus", "--len", "128", "--docs", "1", "--factor", "2",
+            "--method", "yarn", "--out", "results.csv", "--device", "cpu"]  # fmt: skip
+    code, captured = _cli(argv, tmp_path, monkeypatch, capsys)
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2, captured.err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and " — " in lines[0], captured.err
+    assert "keys its RoPE by layer type (sliding_attention) with no 'full_attention' layers" in lines[0]
+    assert "Traceback" not in captured.err and "results ->" not in captured.out
+    assert not (tmp_path / "results.csv").exists()
