@@ -70,7 +70,8 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # common_words_extraction.py: below 4096 tokens RULER uses 6/1 repeats (and a 20-word example
     # with 3/1); from 4096 on, the yaml's 30/3 (and a 40-word example with 10/3). One example.
     "cwe": {"default": dict(freq_cw=30, freq_ucw=3, num_cw=10, num_fewshot=1, short_below=4096, short_freq_cw=6, short_freq_ucw=1)},
-    # freq_words_extraction.py: 6-letter coded words, vocabulary of length // 50, Zipf counts.
+    # freq_words_extraction.py: 6-letter coded words, vocabulary of (length - 50) // 50 (the length less
+    # its generation budget), Zipf counts.
     "fwe": {"default": dict(alpha=2.0, coded_wordlen=6, vocab_per_tokens=50)},
 }
 

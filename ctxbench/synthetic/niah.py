@@ -153,7 +153,9 @@ def _ruler_places(rng: random.Random, bounds: list[int], count: int, kind: str) 
     token offsets. Lines: distinct random line indices, sorted descending and inserted in needle
     order (``sentences.insert(index, needle)``), so needle 0 ends up latest. Essay: sentence
     index ``int(sentences * d / 100)`` for distinct depths ``d`` of RULER's 40, sorted, in needle
-    order."""
+    order. niah.py first permutes its needle list with a fixed-seed generator, so its needle order
+    is not key order; keys, values and the asked keys are drawn at random, so taking key order
+    gives the same distribution."""
     units = len(bounds) - 1
     if kind == "essay":
         depths = rng.sample(range(40), count) if count <= 40 else [rng.randrange(40) for _ in range(count)]
