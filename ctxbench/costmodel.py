@@ -70,14 +70,22 @@ class ModelSize:
         get = lambda *keys, default=None: next((getattr(text, k) for k in keys if getattr(text, k, None)), default)  # noqa: E731
         hidden = int(get("hidden_size", "n_embd", "d_model"))
         layers = int(get("num_hidden_layers", "n_layer", "num_layers"))
-        heads = int(get("num_attention_heads", "n_head"))
-        head_dim = int(get("head_dim", default=hidden // heads))
-        kv = int(get("num_key_value_heads", "multi_query_group_num", default=heads))
-        inner = int(get("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden))
         gated = str(getattr(text, "model_type", "")) not in NOT_GATED  # gate, up and down projections
-        attention = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2  # q, o; k, v
-        mlp = (3 if gated else 2) * hidden * inner
-        return cls(name, layers, hidden, float(layers * (attention + mlp)), int(get("vocab_size", default=32000)))
+
+        def layer_params(c) -> float:
+            look = lambda *keys, default=None: next((getattr(c, k) for k in keys if getattr(c, k, None)), default)  # noqa: E731
+            heads = int(look("num_attention_heads", "n_head"))
+            head_dim = int(look("head_dim", default=hidden // heads))
+            kv = int(look("num_key_value_heads", "multi_query_group_num", default=heads))
+            inner = int(look("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden))
+            attention = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2  # q, o; k, v
+            return attention + (3 if gated else 2) * hidden * inner
+
+        # a config whose layers differ (Gemma 4: a head dim per layer type) refuses its global
+        # head_dim; its per-layer views say each layer's
+        per_layer = getattr(text, "per_layer_config", None)
+        params = sum(layer_params(c) for c in per_layer) if per_layer else layers * layer_params(text)
+        return cls(name, layers, hidden, float(params), int(get("vocab_size", default=32000)))
 
     @classmethod
     def from_name(cls, name: str) -> ModelSize | None:

@@ -242,3 +242,17 @@ def test_cli_refusal_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     assert "keys its RoPE by layer type (sliding_attention) with no 'full_attention' layers" in lines[0]
     assert "Traceback" not in captured.err and "results ->" not in captured.out
     assert not (tmp_path / "results.csv").exists()
+
+
+def test_the_cost_model_counts_each_layers_own_head_dim_on_a_model_whose_layers_differ():
+    """Gemma 4's config refuses a global head_dim (AmbiguousGlobalPerLayerAttributeError); the plan
+    reads each layer's: sliding layers at head dim 16, full ones at 32."""
+    from ctxbench.costmodel import ModelSize
+
+    cfg = transformers.Gemma4TextConfig(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32, num_hidden_layers=2,
+        intermediate_size=64, vocab_size=VOCAB, max_position_embeddings=TRAINED, sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+    per_layer = [64 * 4 * hd * 2 + 64 * 2 * hd * 2 + 3 * 64 * 64 for hd in (16, 32)]  # q, o; k, v; gated MLP
+    assert ModelSize.from_config(cfg).params == sum(per_layer)
