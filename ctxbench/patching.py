@@ -70,6 +70,26 @@ def rotary_tables(model: nn.Module, geom: RopeGeometry) -> list[tuple[nn.Module,
     return found
 
 
+def check_layout(model: nn.Module, geom: RopeGeometry, setting: MethodSetting, factor: float) -> None:
+    """Refuse, before any plan or cell, a method whose frequency table does not fit the model's
+    rotary tables (the check :func:`applied` makes again when it writes them)."""
+    if not geom.has_rope or setting.name == "native":
+        return
+    inv_freq, _ = frequencies(setting, geom, factor, geom.trained_len)
+    for module, prefix in rotary_tables(model, geom):
+        original = getattr(module, f"{prefix}inv_freq")
+        if original.shape != inv_freq.shape:
+            raise _layout_error(original.shape[-1], inv_freq.shape[-1], setting.label)
+
+
+def _layout_error(held: int, computed: int, label: str) -> UserError:
+    return UserError(
+        f"the model's rotary module has {held} frequencies, method '{label}' computed {computed}",
+        "this model's RoPE layout is not supported (e.g. proportional RoPE, whose table holds zeros past the "
+        "rotated pairs): run --method native",
+    )
+
+
 def _no_dynamic_update(module: nn.Module, layer_type: str):
     """``rope_type`` that keeps transformers' dynamic update off the rewritten table: ``"default"``, or
     a per-layer-type module's dict with that type's entry ``"default"`` (a new dict; the original is restored)."""
@@ -107,10 +127,7 @@ def applied(
     try:
         for module, prefix, original, _, _ in saved:
             if original.shape != inv_freq.shape:
-                raise UserError(
-                    f"the model's rotary module has {original.shape[-1]} frequencies, the method computed {inv_freq.shape[-1]}",
-                    "this model's RoPE layout is not supported (e.g. proportional RoPE, whose table holds zeros past the rotated pairs)",
-                )
+                raise _layout_error(original.shape[-1], inv_freq.shape[-1], setting.label)
             if scale != 1.0 and not hasattr(module, f"{prefix}attention_scaling"):
                 raise UserError(
                     f"{type(module).__name__} cannot scale attention, which method '{setting.name}' needs",

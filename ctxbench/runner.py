@@ -159,6 +159,7 @@ def execute(
         lm = model
     jobs = [Job(job.task, job.task.settled(lm, job.settings)) for job in jobs]  # model-implied defaults, once
     contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
+    _check_layouts(lm, jobs)  # and a method whose frequencies do not fit the model's rotary tables
     plan = _plan_of(jobs, lm)
     if show is not None:
         print_plan(show, plan, out)
@@ -194,6 +195,15 @@ def execute(
     if show is not None:
         _summarise(show, jobs, outcome, out)
     return outcome
+
+
+def _check_layouts(lm, jobs) -> None:
+    from .patching import check_layout
+
+    for job in jobs:
+        for method in getattr(job.settings, "methods", ()):
+            for factor in getattr(job.settings, "factors", ()) or (1.0,):
+                check_layout(lm.model, lm.geometry, method, factor)
 
 
 def _plan_of(jobs, lm):

@@ -177,7 +177,7 @@ def test_gemma4_native_is_the_model_as_shipped_and_other_methods_one_error():
     model = transformers.Gemma4ForCausalLM(cfg).eval()
     short = torch.randint(0, VOCAB, (1, 2 * TRAINED))
     assert diff(patched(model, "native", short), logits(model, short)) == 0.0
-    with pytest.raises(UserError, match="rotary module has 16 frequencies, the method computed 4"):
+    with pytest.raises(UserError, match="rotary module has 16 frequencies, method .yarn. computed 4"):
         patched(model, "yarn", short, 2.0)
 
 
@@ -256,3 +256,29 @@ def test_the_cost_model_counts_each_layers_own_head_dim_on_a_model_whose_layers_
     )  # fmt: skip
     per_layer = [64 * 4 * hd * 2 + 64 * 2 * hd * 2 + 3 * 64 * 64 for hd in (16, 32)]  # q, o; k, v; gated MLP
     assert ModelSize.from_config(cfg).params == sum(per_layer)
+
+
+def test_a_gemma4_method_that_does_not_fit_its_rotary_table_is_refused_before_the_plan(tmp_path, monkeypatch, capsys):
+    """Gemma 4 plans (its per-layer head dims counted) and runs native; yarn, whose table does not
+    fit the model's, is one line and exit 2 before any plan, cell or results file."""
+    torch.manual_seed(0)
+    cfg = transformers.Gemma4TextConfig(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32, num_hidden_layers=2,
+        intermediate_size=64, vocab_size=VOCAB, max_position_embeddings=TRAINED, sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention"], bos_token_id=256, eos_token_id=257, pad_token_id=257,
+    )  # fmt: skip
+    transformers.Gemma4ForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    byte_tokenizer().save_pretrained(tmp_path / "model")
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    argv = ["ppl", "--model", "model", "--dataset", "corpus", "--len", "128", "--docs", "1", "--factor", "2",
+            "--method", "native,yarn", "--out", "results.csv", "--device", "cpu"]  # fmt: skip
+    capsys.readouterr()  # the save's progress bars
+    code, captured = _cli(argv, tmp_path, monkeypatch, capsys)
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2, captured.err
+    assert len(lines) == 1 and "method 'yarn' computed" in lines[0] and "run --method native" in lines[0], captured.err
+    assert "plan " not in captured.out and not (tmp_path / "results.csv").exists()
+    code, captured = _cli([a if a != "native,yarn" else "native" for a in argv], tmp_path, monkeypatch, capsys)
+    assert code in (0, None), captured.err
+    assert "1 cell(s) run" in captured.out
