@@ -207,6 +207,17 @@ def _cli(argv, workdir, monkeypatch, capsys):
     return code, capsys.readouterr()
 
 
+def _saved_with_corpus(model, tmp_path, methods: str) -> list[str]:
+    """``model`` and the byte tokenizer saved to ``tmp_path/model``, a one-document corpus beside
+    it; returns the ``ppl`` argv that runs ``methods`` on them (relative paths: run in ``tmp_path``)."""
+    model.save_pretrained(tmp_path / "model")
+    byte_tokenizer().save_pretrained(tmp_path / "model")
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    return ["ppl", "--model", "model", "--dataset", "corpus", "--len", "128", "--docs", "1", "--factor", "2",
+            "--method", methods, "--out", "results.csv", "--device", "cpu"]  # fmt: skip
+
+
 def test_cli_runs_a_gemma3_model(saved, tmp_path, monkeypatch, capsys):
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
@@ -229,12 +240,7 @@ def test_cli_refusal_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
         bos_token_id=256, eos_token_id=257, pad_token_id=257,
     )  # fmt: skip
     assert set(cfg.layer_types) == {"sliding_attention"}
-    transformers.Gemma3ForCausalLM(cfg).save_pretrained(tmp_path / "model")
-    byte_tokenizer().save_pretrained(tmp_path / "model")
-    (tmp_path / "corpus").mkdir()
-    (tmp_path / "corpus" / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
-    argv = ["ppl", "--model", "model", "--dataset", "corpus", "--len", "128", "--docs", "1", "--factor", "2",
-            "--method", "yarn", "--out", "results.csv", "--device", "cpu"]  # fmt: skip
+    argv = _saved_with_corpus(transformers.Gemma3ForCausalLM(cfg), tmp_path, "yarn")
     code, captured = _cli(argv, tmp_path, monkeypatch, capsys)
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert code == 2, captured.err
@@ -267,12 +273,7 @@ def test_a_gemma4_method_that_does_not_fit_its_rotary_table_is_refused_before_th
         intermediate_size=64, vocab_size=VOCAB, max_position_embeddings=TRAINED, sliding_window=WINDOW,
         layer_types=["sliding_attention", "full_attention"], bos_token_id=256, eos_token_id=257, pad_token_id=257,
     )  # fmt: skip
-    transformers.Gemma4ForCausalLM(cfg).save_pretrained(tmp_path / "model")
-    byte_tokenizer().save_pretrained(tmp_path / "model")
-    (tmp_path / "corpus").mkdir()
-    (tmp_path / "corpus" / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
-    argv = ["ppl", "--model", "model", "--dataset", "corpus", "--len", "128", "--docs", "1", "--factor", "2",
-            "--method", "native,yarn", "--out", "results.csv", "--device", "cpu"]  # fmt: skip
+    argv = _saved_with_corpus(transformers.Gemma4ForCausalLM(cfg), tmp_path, "native,yarn")
     capsys.readouterr()  # the save's progress bars
     code, captured = _cli(argv, tmp_path, monkeypatch, capsys)
     lines = [line for line in captured.err.splitlines() if line.strip()]
