@@ -73,7 +73,7 @@ def rotary_tables(model: nn.Module, geom: RopeGeometry) -> list[tuple[nn.Module,
 def check_layout(model: nn.Module, geom: RopeGeometry, setting: MethodSetting, factor: float) -> None:
     """Refuse, before any plan or cell, a method whose frequency table does not fit the model's
     rotary tables (the check :func:`applied` makes again when it writes them)."""
-    if not geom.has_rope or setting.name == "native":
+    if not geom.has_rope:
         return
     inv_freq, _ = frequencies(setting, geom, factor, geom.trained_len)
     for module, prefix in rotary_tables(model, geom):
