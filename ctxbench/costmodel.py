@@ -67,13 +67,13 @@ class ModelSize:
     @classmethod
     def from_config(cls, config, name: str = "") -> ModelSize:
         text = getattr(config, "text_config", None) or config
-        get = lambda *keys, default=None: next((getattr(text, k) for k in keys if getattr(text, k, None)), default)  # noqa: E731
+        get = lambda *keys, default=None: _first(text, keys, default)  # noqa: E731
         hidden = int(get("hidden_size", "n_embd", "d_model"))
         layers = int(get("num_hidden_layers", "n_layer", "num_layers"))
         gated = str(getattr(text, "model_type", "")) not in NOT_GATED  # gate, up and down projections
 
         def layer_params(c) -> float:
-            look = lambda *keys, default=None: next((getattr(c, k) for k in keys if getattr(c, k, None)), default)  # noqa: E731
+            look = lambda *keys, default=None: _first(c, keys, default)  # noqa: E731
             heads = int(look("num_attention_heads", "n_head"))
             head_dim = int(look("head_dim", default=hidden // heads))
             kv = int(look("num_key_value_heads", "multi_query_group_num", default=heads))
@@ -244,3 +244,8 @@ def measured_rate(lm, tokens: int = 1024, steps: int = 8) -> Throughput:
                 "decode": decode_flops / max(step_seconds, 1e-9)}  # fmt: skip
 
     return Throughput.from_entry(_cached("rates.json", key, measure))
+
+
+def _first(config, keys, default=None):
+    """The first of ``keys`` that ``config`` sets to something truthy (names differ by family)."""
+    return next((getattr(config, k) for k in keys if getattr(config, k, None)), default)

@@ -78,7 +78,7 @@ def annotate(pivots, threshold: float | None = None, ppl_tol: float = PPL_TOL, r
     """Fill ``pivot.effective[label]`` for every pivot with at least two lengths, and
     ``pivot.effective_ci[label]`` where its cells hold the trials or documents to resample."""
     for p in pivots:
-        if len(p.lengths) < 2 or not getattr(p, "headline", True):  # a proxy's table: no effective length
+        if len(p.lengths) < 2 or not p.headline:  # a proxy's table: no effective length
             continue
         for label, cells in p.rows.items():
             intervals = {n: (c.lo, c.hi) for n, c in cells.items()}

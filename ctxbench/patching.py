@@ -76,18 +76,19 @@ def check_layout(model: nn.Module, geom: RopeGeometry, setting: MethodSetting, f
     if not geom.has_rope:
         return
     inv_freq, _ = frequencies(setting, geom, factor, geom.trained_len)
-    for module, prefix in rotary_tables(model, geom):
-        original = getattr(module, f"{prefix}inv_freq")
-        if original.shape != inv_freq.shape:
-            raise _layout_error(original.shape[-1], inv_freq.shape[-1], setting.label)
+    _check_fits(rotary_tables(model, geom), inv_freq, setting.label)
 
 
-def _layout_error(held: int, computed: int, label: str) -> UserError:
-    return UserError(
-        f"the model's rotary module has {held} frequencies, method '{label}' computed {computed}",
-        "this model's RoPE layout is not supported (e.g. proportional RoPE, whose table holds zeros past the "
-        "rotated pairs): run --method native",
-    )
+def _check_fits(tables: list[tuple[nn.Module, str]], inv_freq: torch.Tensor, label: str) -> None:
+    """Every table ``module.{prefix}inv_freq`` holds as many frequencies as the method computed."""
+    for module, prefix in tables:
+        held = getattr(module, f"{prefix}inv_freq").shape
+        if held != inv_freq.shape:
+            raise UserError(
+                f"the model's rotary module has {held[-1]} frequencies, method '{label}' computed {inv_freq.shape[-1]}",
+                "this model's RoPE layout is not supported (e.g. proportional RoPE, whose table holds zeros past the "
+                "rotated pairs): run --method native",
+            )
 
 
 def _no_dynamic_update(module: nn.Module, layer_type: str):
@@ -118,6 +119,7 @@ def applied(
         return
     inv_freq, scale = frequencies(setting, geom, factor, seq_len)
     tables = rotary_tables(model, geom)
+    _check_fits(tables, inv_freq, setting.label)
     saved = [
         (m, p, getattr(m, f"{p}inv_freq"), getattr(m, f"{p}attention_scaling", None), getattr(m, "rope_type", None))
         for m, p in tables
@@ -126,8 +128,6 @@ def applied(
     impl = getattr(model.config, "_attn_implementation", None)
     try:
         for module, prefix, original, _, _ in saved:
-            if original.shape != inv_freq.shape:
-                raise _layout_error(original.shape[-1], inv_freq.shape[-1], setting.label)
             if scale != 1.0 and not hasattr(module, f"{prefix}attention_scaling"):
                 raise UserError(
                     f"{type(module).__name__} cannot scale attention, which method '{setting.name}' needs",

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .tasks.proxy import HIGHER_IS_BETTER as PROXY_HIGHER_IS_BETTER  # light: no torch
+
 
 class Headline(NamedTuple):
     metric: str
@@ -148,7 +150,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         head = headline_of(t, tasks)
         primary = metric == head.metric
         if not primary:
-            head = Headline(metric, _proxy_direction(metric), False)
+            head = Headline(metric, PROXY_HIGHER_IS_BETTER[metric], False)
         # a factor-free cell (the method ignores the factor) joins every factor's table
         targets = [f] if f else sorted(factors.get((model, t, variant, setting), {""}), key=lambda x: _num(x, 0))
         if factor:
@@ -185,20 +187,12 @@ def _metric_of(name: str, headline: str) -> tuple[str | None, str]:
     """``(metric, bound)`` of an aggregate row's metric name: the headline's or a proxy's value
     (bound ``""``) or its interval bound (``"lo"``/``"hi"``); ``(None, "")`` for anything else
     (``key_tokens``, a plug-in's side rows)."""
-    from .tasks.proxy import HIGHER_IS_BETTER
-
-    for metric in (headline, *HIGHER_IS_BETTER):
+    for metric in (headline, *PROXY_HIGHER_IS_BETTER):
         if name == metric:
             return metric, ""
         if name in (metric + "_lo", metric + "_hi"):
             return metric, name[len(metric) + 1 :]
     return None, ""
-
-
-def _proxy_direction(metric: str) -> bool:
-    from .tasks.proxy import HIGHER_IS_BETTER
-
-    return HIGHER_IS_BETTER[metric]
 
 
 def _pooled_proxy(metric: str, sources: list[dict]) -> PivotCell:

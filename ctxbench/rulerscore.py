@@ -258,7 +258,7 @@ def suites(ps, reps: int = REPS, seed: int = 0, level: float = LEVEL) -> list[Su
     settings: dict[tuple, dict] = {}
     models: dict[tuple, str] = {}
     for p in ps:
-        if (p.task, p.variant) not in TASKS or not p.fraction or not getattr(p, "headline", True):
+        if (p.task, p.variant) not in TASKS or not p.fraction or not p.headline:
             continue
         key, residual, setting = _group(p)
         settings[key], models[key] = setting, p.model

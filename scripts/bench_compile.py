@@ -114,7 +114,7 @@ def main() -> None:
             run = forward_fn(lm, mode)
             first, best = timed(run, ids, args.repeats)
             value = ppl(lm, run, ids)
-            line = (f"{mode:<14}{n:>7}{(first - best if run is not eager else 0):>10.1f}{best:>9.2f}{base / best:>8.2f}x"
+            line = (f"{mode:<14}{n:>7}{first - best:>10.1f}{best:>9.2f}{base / best:>8.2f}x"
                     f"{value:>10.4f}{value / base_ppl - 1:>+10.2e}")  # fmt: skip
             if not args.no_switch and ("compile" in mode or "frozen" in mode):
                 with applied(lm.model, lm.geometry, ntk, 2.0, n):
