@@ -86,13 +86,17 @@ def real_lm():
     return load("smollm2-135m", device="cpu", dtype="float32")
 
 
+def save_with_tokenizer(model, path):
+    """``model`` and the byte tokenizer saved to ``path``, where ``ctxbench --model PATH`` loads them."""
+    model.save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    return path
+
+
 @pytest.fixture
 def saved_model(tmp_path):
     """The tiny model and tokenizer on disk, so a `ctxbench` subprocess can load them by path."""
-    path = tmp_path / "tiny-model"
-    tiny_llama().save_pretrained(path)
-    byte_tokenizer().save_pretrained(path)
-    return path
+    return save_with_tokenizer(tiny_llama(), tmp_path / "tiny-model")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import byte_tokenizer, tiny_llama
+from conftest import save_with_tokenizer, tiny_llama
 
 from ctxbench.results import COLUMNS
 
@@ -21,10 +21,7 @@ GOOD_ROW = [_TYPED.get(c, "x") for c in COLUMNS]
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     """A tiny model and tokenizer on disk, saved once for the cases that need a tokenizer."""
-    path = tmp_path_factory.mktemp("tiny")
-    tiny_llama().save_pretrained(path)
-    byte_tokenizer().save_pretrained(path)
-    return path
+    return save_with_tokenizer(tiny_llama(), tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture

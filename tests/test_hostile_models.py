@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from conftest import byte_tokenizer, tiny_llama
+from conftest import save_with_tokenizer, tiny_llama
 from safetensors.torch import load_file, save_file
 
 from ctxbench.errors import UserError
@@ -111,10 +111,7 @@ GOOD_ROW = ",".join({"length": "1024", "seed": "0", "factor": "2", "stride": "",
 
 @pytest.fixture(scope="module")
 def good_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("good") / "model"
-    tiny_llama().save_pretrained(path)
-    byte_tokenizer().save_pretrained(path)
-    return path
+    return save_with_tokenizer(tiny_llama(), tmp_path_factory.mktemp("good") / "model")
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import transformers
-from conftest import byte_tokenizer
+from conftest import save_with_tokenizer
 
 from ctxbench.errors import UserError
 from ctxbench.geometry import RopeGeometry
@@ -186,10 +186,7 @@ def test_gemma4_native_is_the_model_as_shipped_and_other_methods_one_error():
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gemma3") / "model"
-    gemma3().save_pretrained(path)
-    byte_tokenizer().save_pretrained(path)
-    return path
+    return save_with_tokenizer(gemma3(), tmp_path_factory.mktemp("gemma3") / "model")
 
 
 def _cli(argv, workdir, monkeypatch, capsys):
@@ -210,8 +207,7 @@ def _cli(argv, workdir, monkeypatch, capsys):
 def _saved_with_corpus(model, tmp_path, methods: str) -> list[str]:
     """``model`` and the byte tokenizer saved to ``tmp_path/model``, a one-document corpus beside
     it; returns the ``ppl`` argv that runs ``methods`` on them (relative paths: run in ``tmp_path``)."""
-    model.save_pretrained(tmp_path / "model")
-    byte_tokenizer().save_pretrained(tmp_path / "model")
+    save_with_tokenizer(model, tmp_path / "model")
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
     return ["ppl", "--model", "model", "--dataset", "corpus", "--len", "128", "--docs", "1", "--factor", "2",
