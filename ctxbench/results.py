@@ -263,17 +263,26 @@ def lock_path(path: str | Path) -> Path:
 @contextmanager
 def _signals_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM back while a cell is saved, so an interrupted run keeps the cell whole
-    in both the file and memory (or in neither); a signal that arrives meanwhile is delivered at
-    the end. Only the main thread can do this, and only where POSIX signal masks exist."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    in both the file and memory (or in neither); a signal that arrives meanwhile is raised again at
+    the end. The handlers are swapped for one that only notes the signal: a signal mask would not
+    do, since the kernel hands a process-wide signal to any thread that does not block it (torch's
+    worker threads), and Python then runs the main thread's handler mid-save. Only the main thread
+    can swap handlers; a handler not installed from Python is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    pending: list[int] = []
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: h for s, h in old.items() if h is not None}
+    for s in old:
+        signal.signal(s, lambda signum, _frame: pending.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, h in old.items():
+            signal.signal(s, h)
+        for s in dict.fromkeys(pending):
+            signal.raise_signal(s)
 
 
 LOCK_TIMEOUT = 600.0  # seconds; a writer holds the lock for one re-read and one write

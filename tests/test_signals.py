@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -38,3 +39,29 @@ def test_a_signal_mid_run_says_what_is_kept_and_how_to_resume(tmp_path, saved_mo
     assert again.returncode == 0, again.stderr
     assert f"{kept} resumed" in again.stdout
 
+
+
+def test_a_signal_taken_by_another_thread_mid_save_is_raised_after_the_save():
+    # torch's worker threads do not block signals, so the kernel may hand SIGINT to one of them
+    # while the main thread saves a cell; the save must still finish before KeyboardInterrupt.
+    from ctxbench.results import _signals_deferred
+
+    go, sent = threading.Event(), threading.Event()
+
+    def worker():  # started before the save, so its signal mask is the process's usual one
+        go.wait(10)
+        os.kill(os.getpid(), signal.SIGINT)
+        sent.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with _signals_deferred():
+            go.set()
+            sent.wait(10)
+            for i in range(100_000):  # bytecode boundaries at which Python would run a noted handler
+                steps.append(i)
+            steps.append("saved")
+    thread.join()
+    assert steps[-1] == "saved"
