@@ -491,3 +491,51 @@ def _letter_names(n: int) -> list[str]:
     """``a .. z, A .. Z``, then ``a1 .. z1, A1 ..`` (more columns than that are rare)."""
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
     return [alphabet[i % 52] + (str(i // 52) if i >= 52 else "") for i in range(n)]
+
+
+# --------------------------------------------------------------------------- rank correlation
+
+
+def midranks(values: Sequence[float]) -> np.ndarray:
+    """1-based ranks with ties given the mean of the ranks they span (0.0, 5.0, 5.0 -> 1, 2.5, 2.5)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    order = np.argsort(v, kind="mergesort")
+    ranks = np.empty(v.size)
+    i = 0
+    while i < v.size:
+        j = i
+        while j + 1 < v.size and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation: the Pearson correlation of the two midrank vectors, which is
+    the tie-corrected form (Spearman 1904, Am. J. Psychol. 15:72-101; Kendall & Gibbons 1990,
+    *Rank Correlation Methods*, ch. 3; what ``scipy.stats.spearmanr`` returns). NaN with fewer than
+    two pairs or when either side is constant (no ordering to agree with)."""
+    rx, ry = midranks(x), midranks(y)
+    if rx.size != ry.size:
+        raise ValueError(f"{rx.size} x values but {ry.size} y values")
+    if rx.size < 2:
+        return math.nan
+    dx, dy = rx - rx.mean(), ry - ry.mean()
+    denom = math.sqrt(float((dx * dx).sum()) * float((dy * dy).sum()))
+    return float((dx * dy).sum()) / denom if denom > 0 else math.nan
+
+
+def spearman_interval(rho: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Interval of a Spearman correlation of ``n`` pairs: Fisher's z with Bonett & Wright's variance
+    ``(1 + rho^2 / 2) / (n - 3)`` (Bonett & Wright 2000, "Sample size requirements for estimating
+    Pearson, Kendall and Spearman correlations", Psychometrika 65:23-28), back-transformed:
+    ``tanh(atanh(rho) -+ z sqrt(var))``, 95% by default. NaN with ``n <= 3`` or an undefined ``rho``; ``(1, 1)``
+    (or ``(-1, -1)``) at a perfect correlation, where the transform has no spread left."""
+    if n <= 3 or math.isnan(rho):
+        return math.nan, math.nan
+    if abs(rho) >= 1:
+        return float(rho), float(rho)
+    half = z * math.sqrt((1 + rho * rho / 2) / (n - 3))
+    centre = math.atanh(rho)
+    return math.tanh(centre - half), math.tanh(centre + half)

@@ -195,3 +195,33 @@ def test_plans_state_the_interval_width_a_trial_count_gives():
     # Wilson by hand: 2/4 -> 0.5 -/+ 1.96*sqrt(1/16 + 0.9604/64)/1.9604 -> 15.0%..85.0%; 4/4 -> 4/(4+3.8416) = 51.0%
     assert "95% interval 15%-85% at 2/4 right, 51%-100% at 4/4" in interval_note(4)
     assert "72%-100% at 10/10" in interval_note(10)
+
+
+def test_midranks_average_tied_ranks():
+    assert stats.midranks([0.0, 5.0, 5.0, 1.0]).tolist() == [1.0, 3.5, 3.5, 2.0]
+
+
+def test_spearman_equals_scipy_with_ties():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        x = rng.integers(0, 5, size=12).astype(float)  # ties, as 0%/100% accuracies have
+        y = x * rng.normal(1, 0.5, size=12) + rng.normal(0, 1, size=12)
+        if len(set(x)) < 2:
+            continue
+        assert stats.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
+
+
+def test_spearman_hand_case_and_undefined():
+    # d = rank differences (0, 0, 1, -1): 1 - 6 * 2 / (4 * 15) = 0.8
+    assert stats.spearman([1, 2, 3, 4], [10, 20, 40, 30]) == pytest.approx(0.8)
+    assert math.isnan(stats.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_spearman_interval_is_bonett_wright_fisher_z():
+    # rho 0.8, n 12: var = (1 + 0.32) / 9, atanh(0.8) = 1.0986123 +- 1.959964 * 0.382971
+    lo, hi = stats.spearman_interval(0.8, 12)
+    assert lo == pytest.approx(math.tanh(1.0986123 - 0.750610), abs=1e-5)
+    assert hi == pytest.approx(math.tanh(1.0986123 + 0.750610), abs=1e-5)
+    assert lo == pytest.approx(0.3346, abs=1e-4) and hi == pytest.approx(0.9517, abs=1e-4)
+    assert all(math.isnan(v) for v in stats.spearman_interval(0.5, 3))
