@@ -1,4 +1,5 @@
-"""Attention-level methods: log-n scaling, Scalable-Softmax, ReRoPE, leaky ReRoPE, Self-Extend and STRING.
+"""Attention-level methods: log-n scaling, Scalable-Softmax, ReRoPE, leaky ReRoPE, Self-Extend, STRING and
+Dual Chunk Attention.
 
 How they plug in: while one of these methods is applied, the model's rotary modules return the
 identity rotation (cos = 1, sin = 0), so queries and keys reach the attention function — and
@@ -7,22 +8,27 @@ the KV cache — unrotated. :func:`ctxbench_attention`, registered with transfor
 prescribes. Keys sit at positions ``0..kv-1`` and the ``q`` queries at the last ``q`` of them
 (one unpadded sequence per batch row, as every ctxbench task feeds).
 
-Memory stays linear in length, never a ``heads x n x n`` score matrix. On CPU, a forward of
-many queries (a ppl window, a passkey prefix, the passkey suffix after a cached prefix) runs
-each branch through PyTorch's fused flash-attention kernel, block by block, and merges the two
-by log-sum-exp: about the time of one plain attention. Decoding steps and GPUs use the blocked
-path, whose score blocks are at most ``heads x block x keys`` (about 128 MB in fp32).
+Memory stays linear in length, never a ``heads x n x n`` score matrix. A forward of many queries
+(a ppl window, a passkey prefix, the passkey suffix after a cached prefix) runs each branch through
+the device's fused attention kernel, block by block, and merges the parts by log-sum-exp: about the
+time of one plain attention. Decoding steps use the blocked path, whose score blocks are at most
+``heads x block x keys`` (about 128 MB in fp32).
 
 Relative position ``p = i - j`` of query ``i`` and key ``j``; window ``w``; trained length ``L``.
 This module never asks which method it runs: the registry entry (:mod:`ctxbench.methods`) says,
 and :func:`ctxbench.patching.applied` hands its answers over in the :class:`AttentionPlan`.
 
-* A two-branch method (``rerope``, ``leaky-rerope``, ``self-extend``, ``string``) keeps ``p`` where ``p < w``
-  (the near branch, plain RoPE) and gives far pairs its own positions: its entry's ``far`` says
-  where it puts each query and key and with which frequencies (ReRoPE: every far pair at ``w``;
-  leaky ReRoPE: ``w + (p - w) / k``; Self-Extend: ``(i // G + w - w // G) - j // G``; STRING, whose
-  ``w`` is its shift ``S``: ``p - S + W``); the plan
-  carries it bound to the method's parameters as :attr:`AttentionPlan.far`.
+* A method with positions of its own partitions each query's keys into branches
+  (:class:`ctxbench.methods.Branch`: a key range ``lo(i) <= j < hi(i)`` and where it rotates the query
+  and the key), which the plan carries bound to the method's parameters
+  (:attr:`AttentionPlan.branches`). A two-branch method (``rerope``, ``leaky-rerope``, ``self-extend``,
+  ``string``) keeps ``p`` where ``p < w`` (the near branch, plain RoPE) and gives far pairs its own
+  positions: its entry's ``far`` says where it puts each query and key and with which frequencies
+  (ReRoPE: every far pair at ``w``; leaky ReRoPE: ``w + (p - w) / k``; Self-Extend: ``(i // G + w -
+  w // G) - j // G``; STRING, whose ``w`` is its shift ``S``: ``p - S + W``). ``dca`` (Dual Chunk
+  Attention) has three branches, by chunk of query and key (``c = chunk_size - local_window``): its
+  own chunk, the previous one, every earlier one; keys at ``j mod c`` and the query at ``i mod c``,
+  ``min(i mod c + c, chunk_size)`` and ``min(2c - 1, chunk_size)`` respectively.
 * The log-n family (``logn``: the query at 1-based position ``m > L`` times ``log_L(m)``;
   ``ssmax``, Scalable-Softmax as Llama 4: ``1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))``)
   is plain RoPE attention with each query multiplied by a factor of its position, which the entry
@@ -47,7 +53,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from .methods import logn_query_scale
+from .methods import Branch, logn_query_scale
 
 NAME = "ctxbench"
 # Elements of one fp32 score block (heads x block x keys): 2**25 floats = 128 MB.
@@ -63,16 +69,16 @@ NEAR_BLOCK = 512
 @dataclass(frozen=True)
 class AttentionPlan:
     """What :func:`ctxbench_attention` needs: the frequencies, and what the method's entry says about
-    queries (``query_scale``) and far keys (``far``), bound to its parameters."""
+    queries (``query_scale``) and how it partitions their keys (``branches``), bound to its parameters."""
 
     inv_freq: torch.Tensor  # (d/2,) float32
     scale: float  # multiplies cos and sin
     rotary_dim: int
     trained_len: int
-    window: int = 0  # a two-branch method's w: keys at i - j < w are near
-    # (q_pos, k_pos, inv_freq) -> (query positions, key positions, inverse frequencies) of the far
-    # branch of a two-branch method (``methods.far_positions``); None: one branch, plain RoPE
-    far: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
+    # the parts each query's keys fall into, each with its own query and key positions
+    # (``methods.attention_branches``: a two-branch method's near and far, dca's three); (): one
+    # branch, plain RoPE (the log-n family)
+    branches: tuple[Branch, ...] = ()
     # 0-based query positions -> the factor multiplying each query (float32), for the log-n family
     # (``logn``, ``ssmax``) alone or stacked on a two-branch method; None: queries as they are
     query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -141,47 +147,48 @@ def _scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
     return torch.cat(out, dim=2)
 
 
-def _two_branch_attention(plan, q, k, v, scaling, q_pos, k_pos):
-    """Near keys (``i - j < w``) scored with exact RoPE, far keys with the method's mapped positions."""
+def _branched_attention(plan, q, k, v, scaling, q_pos, k_pos):
+    """Each branch of the plan scored with its own query and key positions over its own keys."""
     n_q = q.shape[2]
-    w = plan.window
     inv, scale, rd = plan.inv_freq, plan.scale, plan.rotary_dim
-    if plan.query_scale is not None:  # rotation is linear: scaling before it is scaling both branches' scores
+    if plan.query_scale is not None:  # rotation is linear: scaling before it is scaling every branch's scores
         q = _scale_queries(q, plan.query_scale(q_pos))
-    near_q = rotate(q, q_pos, inv, scale, rd)  # (b, h, n_q, d)
-    near_k = rotate(k, k_pos, inv, scale, rd)  # (b, kv, n_k, d)
-    far_q_pos, far_k_pos, far_inv = plan.far(q_pos, k_pos, inv)  # the method's far positions
-    far_q = rotate(q, far_q_pos, far_inv, scale, rd)
-    far_k = rotate(k, far_k_pos, far_inv, scale, rd)
+    rotated, bounds = [], []
+    for branch in plan.branches:
+        b_q, b_k, b_inv = branch.positions(q_pos, k_pos, inv)
+        rotated.append((rotate(q, b_q, b_inv, scale, rd), rotate(k, b_k, b_inv, scale, rd)))
+        bounds.append(branch.keys(q_pos))  # (lo, hi) of each query
     if q.device.type in FUSED_DEVICES and n_q > 1:  # prefill or a long suffix: the shared block partition
-        return _fused(w, q, k, v, scaling, q_pos, far_q, far_k, near_q, near_k)
-    return _blocked(w, q, k, v, scaling, q_pos, k_pos, far_q, far_k, near_q, near_k)
+        return _fused(plan.branches, bounds, rotated, v, scaling, q_pos)
+    return _blocked(bounds, rotated, v, scaling, q_pos)
 
 
-def _blocked(w, q, k, v, scaling, q_pos, k_pos, far_q, far_k, near_q, near_k):
-    """Any device, any query offset (decoding steps, GPUs): per query block, scores only for
-    the key range each branch can reach, merged into one (b, kv_heads, group, block, keys) fp32
-    matrix, soft-maxed and applied to ``v``."""
-    b, h, n_q, d = q.shape
-    kv_heads = k.shape[1]
-    near_q, far_q = _grouped(near_q, kv_heads), _grouped(far_q, kv_heads)  # (b, kv, g, n_q, d)
-    near_k, far_k, vg = near_k[:, :, None], far_k[:, :, None], v[:, :, None]  # (b, kv, 1, n_k, d)
+def _blocked(bounds, rotated, v, scaling, q_pos):
+    """Any device, any query offset (decoding steps): per query block, scores only for the key range
+    each branch can reach, merged into one (b, kv_heads, group, block, keys) fp32 matrix, soft-maxed
+    and applied to ``v``. ``bounds`` holds each branch's (lo, hi) per query, ``rotated`` its rotated
+    (q, k)."""
+    b, h, n_q, d = rotated[0][0].shape
+    kv_heads, n_k = v.shape[1], v.shape[2]
+    qs = [_grouped(r_q, kv_heads) for r_q, _ in rotated]  # (b, kv, g, n_q, d)
+    ks = [r_k[:, :, None] for _, r_k in rotated]  # (b, kv, 1, n_k, d)
+    vg = v[:, :, None]
     out = torch.empty(b, kv_heads, h // kv_heads, n_q, v.shape[-1], dtype=v.dtype, device=v.device)
-    step = _block_size(h, k.shape[2])
+    k_idx = torch.arange(n_k, device=v.device)
+    step = _block_size(h, n_k)
     for a in range(0, n_q, step):
         pos = q_pos[a : a + step]  # (B,)
-        first, last = int(pos[0]), int(pos[-1])
-        keys = last + 1
-        rel = pos[:, None] - k_pos[None, :keys]  # (B, keys)
-        scores = torch.full((b, kv_heads, h // kv_heads, len(pos), keys), float("-inf"), dtype=torch.float32, device=q.device)
-        near_lo = max(0, first - w + 1)  # keys some query of the block sees as near
-        far_hi = max(0, last - w + 1)  # keys some query of the block sees as far
-        if far_hi > 0:
-            s_far = torch.matmul(far_q[:, :, :, a : a + step].float(), far_k[:, :, :, :far_hi].float().transpose(-1, -2))
-            scores[..., :far_hi] = torch.where(rel[:, :far_hi] >= w, s_far, scores[..., :far_hi])
-        s_near = torch.matmul(near_q[:, :, :, a : a + step].float(), near_k[:, :, :, near_lo:keys].float().transpose(-1, -2))
-        r = rel[:, near_lo:keys]
-        scores[..., near_lo:keys] = torch.where((r >= 0) & (r < w), s_near, scores[..., near_lo:keys])
+        keys = int(pos[-1]) + 1
+        scores = torch.full((b, kv_heads, h // kv_heads, len(pos), keys), float("-inf"), dtype=torch.float32, device=v.device)
+        for (lo, hi), g_q, g_k in zip(bounds, qs, ks, strict=True):
+            lo, hi = lo[a : a + step], hi[a : a + step]
+            start, stop = max(0, int(lo.min())), min(keys, int(hi.max()))  # keys some query of the block sees here
+            if stop <= start:
+                continue
+            s = torch.matmul(g_q[:, :, :, a : a + step].float(), g_k[:, :, :, start:stop].float().transpose(-1, -2))
+            j = k_idx[None, start:stop]
+            keep = (j >= lo[:, None]) & (j < hi[:, None])  # the branches are disjoint: each score set once
+            scores[..., start:stop] = torch.where(keep, s, scores[..., start:stop])
         probs = torch.softmax(scores * scaling, dim=-1)  # (b, kv, g, B, keys)
         out[:, :, :, a : a + step] = torch.matmul(probs.to(v.dtype), vg[:, :, :, :keys])
     return out.view(b, h, n_q, -1)
@@ -256,46 +263,86 @@ def _merge(out, lse, part_out, part_lse):
     lse.copy_(total)
 
 
-def _fused(w, q, k, v, scaling, q_pos, far_q, far_k, near_q, near_k):
-    """The two branches through PyTorch's fused CPU attention kernel, merged by log-sum-exp.
+def _query_blocks(branches, bounds, n_q: int) -> list[tuple[int, int]]:
+    """Blocks of at most ``NEAR_BLOCK`` queries, also cut wherever the lower key bound of a branch that
+    is not a band steps (0 throughout for a far branch: no cut; dca: at every chunk start), so that
+    within a block such a branch's keys start at one key for every query."""
+    cuts = {0, n_q}
+    for branch, (lo, _) in zip(branches, bounds, strict=True):
+        if not branch.band and n_q > 1:
+            cuts.update((torch.nonzero(lo[1:] != lo[:-1]).flatten() + 1).tolist())
+    edges = sorted(cuts)
+    return [(a, min(e, a + NEAR_BLOCK)) for s, e in zip(edges, edges[1:], strict=False) for a in range(s, e, NEAR_BLOCK)]
 
-    Query ``i`` sees near keys ``i - w < j <= i`` and far keys ``j <= i - w``, two disjoint sets,
-    so softmax over their union is
 
-        out_i = (e^lse_far out_far + e^lse_near out_near) / (e^lse_far + e^lse_near).
+def _segments(branch, lo, hi, n_k: int) -> list[tuple[int, int, bool]]:
+    """``(start, stop, masked)`` key ranges of one branch for one block of queries with key bounds
+    ``lo``/``hi``: a band in one masked range; any other branch (whose ``lo`` is one key for the whole
+    block) as the keys every query of the block reaches, unmasked, then the rest, masked."""
+    if branch.band:
+        return [(max(0, int(lo.min())), min(n_k, int(hi.max())), True)]
+    start, common, stop = max(0, int(lo[0])), min(n_k, int(hi.min())), min(n_k, int(hi.max()))
+    return [(start, common, False), (max(start, common), stop, True)]
 
-    Per block of ``NEAR_BLOCK`` queries (positions ``first .. last``) three kernel calls, none
-    with a mask wider than ``block + w``:
 
-    * near: the band of keys ``first - w + 1 .. last``, masked to ``0 <= i - j < w``;
-    * far, all of it: keys ``0 .. first - w``, far for every query of the block, no mask;
-    * far, the rest: keys ``first - w + 1 .. last - w``, masked to ``i - j >= w``, for the
-      queries that reach any of them.
+def _row_runs(has: torch.Tensor) -> list[tuple[int, int]]:
+    """The runs ``[r0, r1)`` of consecutive True rows: the rows with a key in a range (one run for every
+    branch ctxbench has; the kernel needs at least one key per row)."""
+    rows = torch.nonzero(has).flatten().tolist()
+    runs: list[tuple[int, int]] = []
+    for r in rows:
+        if runs and runs[-1][1] == r:
+            runs[-1] = (runs[-1][0], r + 1)
+        else:
+            runs.append((r, r + 1))
+    return runs
 
-    The kernel never holds more of the score matrix than its own tiles, so a two-branch method
+
+def _fused(branches, bounds, rotated, v, scaling, q_pos):
+    """The branches through the device's fused attention kernel, merged by log-sum-exp.
+
+    Query ``i`` sees each branch's keys ``lo(i) <= j < hi(i)``, disjoint sets, so softmax over their
+    union is
+
+        out_i = sum_b e^lse_b out_b / sum_b e^lse_b.
+
+    Per block of at most ``NEAR_BLOCK`` queries (:func:`_query_blocks`), per branch, one kernel call
+    per key range of :func:`_segments`, on the rows that have a key there: a band (a two-branch
+    method's near keys ``i - w < j <= i``) as one masked call no wider than ``block + w``; a far or
+    chunked branch as the keys every query of the block reaches, with no mask (a far branch's
+    ``0 .. first - w``, dca's earlier and previous chunks), and the rest masked, no wider than the
+    block. For a two-branch method this is three calls: near, far all of it, far the rest.
+
+    The kernel never holds more of the score matrix than its own tiles, so a method with branches
     costs about what plain attention does, for a prefill and for a long suffix after a cache.
     """
-    b, h, n_q, d = q.shape
-    rep = h // k.shape[1]  # grouped-query attention: the fused kernel wants one key head per query head
-    far_k, near_k, v = (t.repeat_interleave(rep, dim=1) if rep > 1 else t for t in (far_k, near_k, v))
-    out = torch.empty_like(q)  # (b, h, n_q, d)
-    k_idx = torch.arange(k.shape[2], device=q.device)
-    for a in range(0, n_q, NEAR_BLOCK):
-        e = min(n_q, a + NEAR_BLOCK)
-        pos = q_pos[a:e]  # (B,)
-        first, last = int(pos[0]), int(pos[-1])
-        lo = max(0, first - w + 1)  # keys before lo are far for every query of the block
-        rel = pos[:, None] - k_idx[None, lo : last + 1]  # (B, band)
-        acc, lse = _attend(near_q[:, :, a:e], near_k[:, :, lo : last + 1], v[:, :, lo : last + 1], scaling, (rel >= 0) & (rel < w))
-        acc = acc.float()  # (b, h, B, d)
-        if lo > 0:
-            _merge(acc, lse, *_attend(far_q[:, :, a:e], far_k[:, :, :lo], v[:, :, :lo], scaling))
-        hi = last - w + 1  # keys lo .. hi - 1 are far for the later queries of the block only
-        if hi > lo:
-            r = max(0, lo + w - first)  # first row with any of them: position >= lo + w
-            rel = pos[r:, None] - k_idx[None, lo:hi]  # (B - r, hi - lo)
-            part = _attend(far_q[:, :, a + r : e], far_k[:, :, lo:hi], v[:, :, lo:hi], scaling, rel >= w)
-            _merge(acc[:, :, r:], lse[:, :, r:], *part)
+    b, h, n_q, d = rotated[0][0].shape
+    n_k = v.shape[2]
+    rep = h // v.shape[1]  # grouped-query attention: the fused kernel wants one key head per query head
+    ks = [r_k.repeat_interleave(rep, dim=1) if rep > 1 else r_k for _, r_k in rotated]
+    v = v.repeat_interleave(rep, dim=1) if rep > 1 else v
+    out = torch.empty(b, h, n_q, v.shape[-1], dtype=rotated[0][0].dtype, device=v.device)  # (b, h, n_q, d)
+    k_idx = torch.arange(n_k, device=v.device)
+    for a, e in _query_blocks(branches, bounds, n_q):
+        acc = lse = None
+        for branch, (lo, hi), (r_q, _), r_k in zip(branches, bounds, rotated, ks, strict=True):
+            lo, hi = lo[a:e], hi[a:e]
+            for start, stop, masked in _segments(branch, lo, hi, n_k):
+                if stop <= start:
+                    continue
+                j = k_idx[None, start:stop]
+                keep = (j >= lo[:, None]) & (j < hi[:, None]) if masked else None
+                runs = _row_runs(keep.any(-1)) if masked else [(0, e - a)]
+                for r0, r1 in runs:
+                    mask = keep[r0:r1] if masked else None
+                    part = _attend(r_q[:, :, a + r0 : a + r1], r_k[:, :, start:stop], v[:, :, start:stop], scaling, mask)
+                    if acc is None and (r0, r1) == (0, e - a):  # the block's first part: every row has it
+                        acc, lse = part[0].float(), part[1]
+                        continue
+                    if acc is None:
+                        acc = torch.zeros(b, h, e - a, v.shape[-1], dtype=torch.float32, device=v.device)
+                        lse = torch.full((b, h, e - a), float("-inf"), dtype=torch.float32, device=v.device)
+                    _merge(acc[:, :, r0:r1], lse[:, :, r0:r1], *part)
         out[:, :, a:e] = acc.to(out.dtype)
     return out
 
@@ -334,8 +381,8 @@ def ctxbench_attention(module, query, key, value, attention_mask, scaling=None, 
     n_q, n_k = query.shape[2], key.shape[2]
     k_pos = torch.arange(n_k, device=query.device)
     q_pos = k_pos[n_k - n_q :]
-    if plan.far is not None:
-        out = _two_branch_attention(plan, query, key, value, scaling, q_pos, k_pos)
+    if plan.branches:
+        out = _branched_attention(plan, query, key, value, scaling, q_pos, k_pos)
     else:  # the log-n family
         out = _scaled_attention(plan, query, key, value, scaling, q_pos, k_pos)
     return out.transpose(1, 2).contiguous(), None

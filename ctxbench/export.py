@@ -2,7 +2,9 @@
 
 * ``transformers``: the config fields, ``rope_parameters`` for transformers >= 5 and
   ``rope_scaling`` (with ``rope_theta``) for 4.x, plus ``max_position_embeddings``;
-* ``vllm``: the ``--hf-overrides`` JSON and ``--max-model-len``;
+* ``vllm``: the ``--hf-overrides`` JSON and ``--max-model-len``; for an attention-level method vLLM
+  runs itself (``dca``: its ``dual_chunk_attention_config``), also the environment and flags it needs,
+  printed as a whole ``vllm serve`` command;
 * ``llamacpp``: ``llama-server``/``llama-cli`` flags (``--rope-scaling``, ``--rope-scale``,
   ``--rope-freq-base``, ``--yarn-orig-ctx``, ``--yarn-ext-factor``, ``--yarn-attn-factor``,
   ``--yarn-beta-fast``, ``--yarn-beta-slow``, ``--ctx-size``);
@@ -113,7 +115,14 @@ def _vllm(setting, geom, factor) -> dict:
     if max_pos is not None:
         overrides["max_position_embeddings"] = max_pos
     model_len = max_pos or int(round(factor * geom.trained_len))
-    return {"hf_overrides": overrides, "max_model_len": model_len}
+    out: dict = {"hf_overrides": overrides, "max_model_len": model_len}
+    if setting.attention is not None:  # one vLLM runs itself (export_refusal said so): what it adds
+        from .methods import effective_params
+
+        extra = setting.attention.exports.vllm(overrides["rope_parameters"], effective_params(setting, geom, factor), geom, factor)
+        overrides.update(extra.get("hf_overrides", {}))
+        out.update(env=dict(extra.get("env", {})), flags=list(extra.get("flags", [])))
+    return out
 
 
 def _llamacpp(setting, geom, factor) -> list[str]:
@@ -175,5 +184,9 @@ def export(method: str, factor, to: str, model: str | None = None, head_dim: int
         return " ".join(out)
     if engine == "vllm":
         overrides = json.dumps(out["hf_overrides"], separators=(",", ":"))
-        return f"--hf-overrides '{overrides}' --max-model-len {out['max_model_len']}"
+        text = f"--hf-overrides '{overrides}' --max-model-len {out['max_model_len']}"
+        if out.get("env") or out.get("flags"):  # the whole command: the environment goes before it
+            env = " ".join(f"{k}={v}" for k, v in out.get("env", {}).items())
+            text = f"{env} vllm serve {model or 'MODEL'} {text} {' '.join(out.get('flags', []))}".strip()
+        return text
     return json.dumps(out, indent=2)

@@ -14,13 +14,16 @@ where it applies, and how each serving engine takes it (:class:`Exports`). No ot
 methods apart by name (``tests/test_method_objects.py`` scans for it): adding a method is its
 functions and one entry here (docs/design.md, "How a method plugs in").
 
-Attention-level methods (``logn``, ``ssmax``, ``rerope``, ``leaky-rerope``, ``self-extend``, ``string``) are
-entries too, with ``attention=True``; :mod:`ctxbench.attention` runs them from what the entry gives.
-They combine with one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``, ``yarn+ssmax``). The log-n
+Attention-level methods (``logn``, ``ssmax``, ``rerope``, ``leaky-rerope``, ``self-extend``, ``string``,
+``dca``) are entries too, with ``attention=True``; :mod:`ctxbench.attention` runs them from what the entry
+gives. They combine with one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``, ``yarn+ssmax``). The log-n
 family (``logn``, ``ssmax``) only multiplies each query by a factor of its position, a pure function
 the entry carries (``query_scale``); a two-branch method carries where its far branch puts queries
 and keys (``far``), and also takes one of the log-n family, as ReRoPE's author always used log-n:
-``rerope+logn``, ``ntk+rerope+logn``, ``rerope+ssmax``.
+``rerope+logn``, ``ntk+rerope+logn``, ``rerope+ssmax``. A method that partitions each query's keys its
+own way carries the parts (``branches``: Dual Chunk Attention's intra-, successive- and inter-chunk
+keys, each with its own query positions); every attention-level method with positions of its own runs
+as such a list of :class:`Branch` (:func:`attention_branches`).
 
 ``native`` is the model as shipped: the config's own RoPE scaling, computed by transformers.
 Models without RoPE run only the baselines ``none`` and ``native`` (:func:`check_applicable`).
@@ -378,6 +381,44 @@ def ssmax_query_scale(
     return xp.log1p(xp.floor((p + 1.0) / floor_scale)) * attn_scale + 1.0
 
 
+@dataclass(frozen=True)
+class Branch:
+    """One part of an attention-level method's partition of each query's keys: query ``i`` scores key
+    ``j`` here when ``lo(i) <= j < hi(i)``, with the query and the key rotated where ``positions`` puts them.
+
+    * ``keys(q_pos) -> (lo, hi)``: integer arrays, one bound each per 0-based query position; ``lo`` may
+      be below 0 (the attention clips it to the keys there are); neither may decrease with ``i``.
+    * ``positions(q_pos, k_pos, inv_freq) -> (query positions, key positions, inverse frequencies)``.
+    * ``band``: ``lo`` moves with every query (a near branch's window): a block of queries takes its
+      keys in one masked kernel call. Otherwise ``lo`` steps (0 throughout, or at chunk starts): the
+      attention cuts its query blocks where it steps, and the keys every query of a block reaches run
+      through the kernel without a mask, so a branch reaching back over the whole sequence costs no
+      ``block x n`` mask.
+
+    The branches of a method are disjoint and, together with causality, cover every key ``j <= i``; the
+    attention merges their softmax parts by log-sum-exp.
+    """
+
+    keys: Callable[[Array], tuple[Array, Array]]
+    positions: Callable[[Array, Array, Array], tuple[Array, Array, Array]]
+    band: bool = False
+
+
+def plain_positions(q_pos: Array, k_pos: Array, inv_freq: Array) -> tuple[Array, Array, Array]:
+    """Plain RoPE: the query at ``i``, the key at ``j``."""
+    return q_pos, k_pos, inv_freq
+
+
+def near_keys(q_pos: Array, *, window: int) -> tuple[Array, Array]:
+    """A two-branch method's near keys: ``i - w < j <= i``."""
+    return q_pos - window + 1, q_pos + 1
+
+
+def far_keys(q_pos: Array, *, xp, window: int) -> tuple[Array, Array]:
+    """A two-branch method's far keys: ``0 <= j <= i - w``."""
+    return xp.zeros_like(q_pos), q_pos - window + 1
+
+
 # Two-branch methods (``rerope``, ``leaky-rerope``, ``self-extend``, ``string``): query ``i`` sees key
 # ``j`` at its exact relative position ``i - j`` while ``i - j < w`` (the near branch) and at the
 # method's own beyond it (the far branch). :mod:`ctxbench.attention` runs the two branches; an entry gives what
@@ -477,6 +518,87 @@ def string_far(
     return q_pos - window + local_value, k_pos, inv_freq
 
 
+# Dual Chunk Attention (An et al., "Training-Free Long-Context Scaling of Large Language Models",
+# ICML 2024, arXiv 2402.17463), as the authors' code computes it: HKUNLP/ChunkLlama
+# ``chunkllama_attn_replace.py`` at commit 2add4d7c99d24dcc1ab03414cc602abb2e28cf2c (the file as of its
+# last change, 847ae71). ``replace_with_chunkllama(pretraining_length=L, local_window_size=None)`` sets
+# ``chunk_size = L * 3 // 4`` and ``local_window = local_window_size or L // 8``; chunks hold
+# ``c = chunk_size - local_window`` tokens (their ``chunk_len``). vLLM's dual-chunk rotary embedding
+# (``dual_chunk_rope.py``) computes the same positions from ``chunk_size`` and ``local_size``.
+DCA_CHUNK_RATIO = (3, 4)  # chunk_size = L * 3 // 4
+DCA_LOCAL_DIVISOR = 8  # local_window = L // 8
+
+
+def dca_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """DCA's ``chunk_size`` (the authors' ``L * 3 // 4``) and ``local_window`` (their ``L // 8``, at most
+    ``chunk_size // 2`` so that a chunk size given alone still leaves chunks); chunks hold
+    ``chunk_size - local_window`` tokens, so ``local_window`` must stay below ``chunk_size``."""
+    L = geom.trained_len
+    chunk = params.get("chunk_size")
+    chunk = int(max(1, L * DCA_CHUNK_RATIO[0] // DCA_CHUNK_RATIO[1]) if chunk is None else chunk)
+    local = params.get("local_window")
+    local = int(min(L // DCA_LOCAL_DIVISOR, chunk // 2) if local is None else local)
+    if local >= chunk:
+        raise UserError(
+            f"dca local_window {local} must be < chunk_size {chunk}: each chunk holds chunk_size - local_window tokens",
+            f"pass --param local_window=N with 0 <= N < {chunk} (the authors: L/8 with chunk_size 3L/4), or a larger chunk_size",
+        )
+    return {**params, "chunk_size": chunk, "local_window": local}
+
+
+def _dca_intra_keys(q_pos: Array, *, chunk: int) -> tuple[Array, Array]:
+    """Intra-chunk: the keys of the query's own chunk up to it, ``(i // c) c <= j <= i``."""
+    return (q_pos // chunk) * chunk, q_pos + 1
+
+
+def _dca_successive_keys(q_pos: Array, *, chunk: int) -> tuple[Array, Array]:
+    """Successive-chunk: the whole previous chunk, ``(i // c - 1) c <= j < (i // c) c``."""
+    start = (q_pos // chunk) * chunk
+    return start - chunk, start
+
+
+def _dca_inter_keys(q_pos: Array, *, xp, chunk: int) -> tuple[Array, Array]:
+    """Inter-chunk: every earlier chunk, ``0 <= j < (i // c - 1) c``."""
+    return xp.zeros_like(q_pos), (q_pos // chunk - 1) * chunk
+
+
+def _dca_intra_positions(q_pos, k_pos, inv_freq, *, chunk: int) -> tuple[Array, Array, Array]:
+    """The query at ``i mod c`` (the authors' ``q_t``), the key at ``j mod c`` (``k_t``)."""
+    return q_pos % chunk, k_pos % chunk, inv_freq
+
+
+def _dca_successive_positions(q_pos, k_pos, inv_freq, *, xp, chunk: int, chunk_size: int) -> tuple[Array, Array, Array]:
+    """The query at ``min(i mod c + c, chunk_size)`` (the authors' ``qc_t``), the key at ``j mod c``: the
+    first ``local_window + 1`` queries of a chunk keep their true distance to the previous chunk's last keys."""
+    return xp.clip(q_pos % chunk + chunk, max=chunk_size), k_pos % chunk, inv_freq
+
+
+def _dca_inter_positions(q_pos, k_pos, inv_freq, *, xp, chunk: int, chunk_size: int) -> tuple[Array, Array, Array]:
+    """Every query at ``min(2c - 1, chunk_size)`` (the authors' ``qc_t[chunk_len - 1]``: ``chunk_size`` unless
+    ``local_window >= c``), the key at ``j mod c``."""
+    return xp.full_like(q_pos, min(2 * chunk - 1, chunk_size)), k_pos % chunk, inv_freq
+
+
+def dca_branches(*, xp, chunk_size: int, local_window: int) -> tuple[Branch, Branch, Branch]:
+    """Dual Chunk Attention (arXiv 2402.17463; HKUNLP/ChunkLlama ``chunkllama_attn_replace.py``): keys sit at
+    ``j mod c`` (``c = chunk_size - local_window``), and query ``i`` scores the keys of
+
+    * its own chunk (``j // c == i // c``) from ``i mod c``: relative position ``i - j``, exact;
+    * the previous chunk (``j // c == i // c - 1``) from ``min(i mod c + c, chunk_size)``;
+    * every earlier chunk (``j // c <= i // c - 2``) from ``min(2c - 1, chunk_size)``,
+
+    so no relative position exceeds ``chunk_size`` (``3L/4`` by default) however long the sequence; the
+    three softmax parts are merged by log-sum-exp, as the authors' ``merge_attn_outputs``."""
+    chunk = chunk_size - local_window
+    return (
+        Branch(partial(_dca_intra_keys, chunk=chunk), partial(_dca_intra_positions, chunk=chunk)),
+        Branch(partial(_dca_successive_keys, chunk=chunk),
+               partial(_dca_successive_positions, xp=xp, chunk=chunk, chunk_size=chunk_size)),
+        Branch(partial(_dca_inter_keys, xp=xp, chunk=chunk),
+               partial(_dca_inter_positions, xp=xp, chunk=chunk, chunk_size=chunk_size)),
+    )  # fmt: skip
+
+
 class _RopeConfig:
     """The few config fields transformers' ``ROPE_INIT_FUNCTIONS`` read, rebuilt from a geometry."""
 
@@ -567,6 +689,11 @@ class Exports:
     ``fields`` stands in for ``transformers`` where transformers cannot express the method but
     vLLM can: the same ``(params, geom, factor) -> (fields, max_position_embeddings or None)``,
     of a rope type only vLLM has (``ntk-mixed``: vLLM's ``ntk`` with ``mixed_b``).
+
+    An attention-level method an engine runs itself (``dca`` in vLLM) gives, for that engine,
+    ``vllm(rope_parameters, params, geom, factor) -> {"hf_overrides": {...}, "env": {...}, "flags": [...]}``:
+    what it adds to its frequency part's export (``rope_parameters``, which it may refuse), with
+    ``params`` every parameter after defaults (:func:`effective_params`).
     """
 
     transformers: Callable | str = ""
@@ -729,6 +856,40 @@ def proportional_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[
             "export it --to json, or use a model whose rotary dim is its head dim",
         )
     return {"rope_type": "proportional", "factor": factor, "partial_rotary_factor": float(params["partial_rotary_factor"])}, None
+
+
+# vLLM's Dual Chunk Attention (vllm-project/vllm): ``get_rope`` builds a ``DualChunkRotaryEmbedding`` from the
+# config's ``dual_chunk_attention_config`` (``chunk_size``, ``local_size``) whatever ``rope_parameters`` says
+# (``rotary_embedding/__init__.py`` @07b12f1b, ``dual_chunk_rope.py`` @07b13497: the positions of
+# :func:`dca_branches`), and the ``DUAL_CHUNK_FLASH_ATTN`` backend (``attention/backends/dual_chunk_flash_attn.py``
+# @006e0acb, a V0-engine backend) runs the three parts; ``original_max_position_embeddings``, left out,
+# would add a length-dependent temperature. Only these model types pass the config on to them
+# (``models/qwen3.py``, ``qwen3_moe.py`` @002456df; ``qwen2.py``, ``qwen2_moe.py``): any other ignores it silently.
+VLLM_DUAL_CHUNK_MODELS = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+DCA_REFUSAL = "{engine} has no dual chunk attention (it changes attention itself; vLLM runs it: export --to vllm)"
+VLLM_DUAL_CHUNK_ENV = {"VLLM_ATTENTION_BACKEND": "DUAL_CHUNK_FLASH_ATTN", "VLLM_USE_V1": "0"}
+
+
+def dca_vllm(rope: dict, params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """``dca`` for vLLM: ``dual_chunk_attention_config`` with the authors' ``chunk_size`` and ``local_window``
+    (vLLM's ``local_size``), its attention backend on the V0 engine, eager mode (as Qwen2.5-1M's
+    instructions run it). vLLM's dual-chunk rotary embedding takes only the base and partial rotary
+    factor, so a frequency method under it (``yarn+dca``) cannot be expressed; nor can a model type
+    whose vLLM implementation does not read the config."""
+    if rope.get("rope_type", "default") != "default":
+        raise UserError(
+            f"vllm cannot express dca over rope type '{rope['rope_type']}': its DualChunkRotaryEmbedding takes the "
+            "base only and ignores rope_parameters' type",
+            "export --method dca alone (plain RoPE frequencies), or --to json",
+        )
+    if geom.model_type and geom.model_type not in VLLM_DUAL_CHUNK_MODELS:
+        raise UserError(
+            f"vllm cannot express dca on model type '{geom.model_type}': its implementation ignores "
+            "dual_chunk_attention_config (it would serve plain RoPE)",
+            f"vllm runs dual chunk attention for model types {', '.join(VLLM_DUAL_CHUNK_MODELS)}; or export --to json",
+        )
+    config = {"chunk_size": int(params["chunk_size"]), "local_size": int(params["local_window"])}
+    return {"hf_overrides": {"dual_chunk_attention_config": config}, "env": dict(VLLM_DUAL_CHUNK_ENV), "flags": ["--enforce-eager"]}
 
 
 KINDS = ("float", "int", "length", "bool", "choice", "factors")
@@ -914,6 +1075,11 @@ STRING_WINDOW = Param("window", None, "length", "S (the authors' shifted_offset)
                       "farther ones move down by S - W; auto: int(0.33*L)", low=1, example="1k")  # fmt: skip
 STRING_LOCAL = Param("local_value", None, "length", "W: the relative position the farthest-shifted pairs start at (the authors' "
                      "local_value; 128, 256 or 512 suggested); auto: 128, at most S/2", low=0, example=128)  # fmt: skip
+DCA_CHUNK = Param("chunk_size", None, "length", "the authors' chunk_size: chunks hold chunk_size - local_window tokens and "
+                  "no relative position exceeds chunk_size; auto: 3L/4", low=1, example="3k")  # fmt: skip
+DCA_LOCAL = Param("local_window", None, "length", "the authors' local_window (vLLM's local_size): the first local_window + 1 "
+                  "queries of a chunk see the previous chunk at their true distance; auto: L/8, at most chunk_size/2", low=0,
+                  example=512)  # fmt: skip
 LONGROPE_FACTORS = Param("factors", None, "factors", "LongRoPE's searched per-pair factors; auto: the model config's",
                          example="factors.json")  # fmt: skip
 
@@ -939,6 +1105,9 @@ class Method:
     # A two-branch method: fn(q_pos, k_pos, inv_freq, *, xp, **params) -> (query positions, key
     # positions, inverse frequencies) of the far branch (keys at i - j >= window); the near branch is RoPE.
     far: Callable[..., tuple[Array, Array, Array]] | None = None
+    # A method that partitions each query's keys its own way: fn(*, xp, **params) -> its parts, each a
+    # :class:`Branch` (key range and positions); ``dca``: intra-, successive- and inter-chunk.
+    branches: Callable[..., tuple[Branch, ...]] | None = None
     # fn(params, geom, factor) -> the parameters it uses on this model at this factor, from its own:
     # defaults derived from L and s (rerope's window L/4), the config's own scaling (native)
     derive: Callable[[dict, RopeGeometry, float], dict] | None = None
@@ -1092,6 +1261,13 @@ METHODS: dict[str, Method] = {
         exports=Exports(ATTENTION_REFUSAL,
                         ATTENTION_REFUSAL + " (the authors' vLLM fork, HKUNLP/STRING vllm_string, has a StringAttention "
                         "backend; stock vLLM does not)", ATTENTION_REFUSAL),
+    ),  # fmt: skip
+    "dca": Method(
+        "dca", None, "chunks of c = chunk_size - local_window; keys at j mod c; q at i mod c (own chunk), "
+        "min(i mod c + c, chunk_size) (previous), min(2c-1, chunk_size) (earlier)",
+        "Dual Chunk Attention, arXiv 2402.17463 (HKUNLP/ChunkLlama)",
+        declared=(DCA_CHUNK, DCA_LOCAL), uses_factor=False, attention=True, branches=dca_branches, derive=dca_params,
+        exports=Exports(DCA_REFUSAL.format(engine="transformers"), dca_vllm, DCA_REFUSAL.format(engine="llama.cpp")),
     ),  # fmt: skip
 }
 
@@ -1367,6 +1543,27 @@ def far_positions(setting: MethodSetting, params: dict, q_pos: Array, k_pos: Arr
     xp = xp or torch_namespace()
     part = setting.attention
     return part.far(q_pos, k_pos, inv_freq, xp=xp, **{k: params[k] for k in part.params})
+
+
+def attention_branches(setting: MethodSetting, params: dict, xp=None) -> tuple[Branch, ...]:
+    """The parts each query's keys fall into under the attention-level method of ``setting``, with
+    ``params`` from :func:`effective_params`: a two-branch method's near band (``i - w < j <= i``, plain
+    RoPE) and far keys (``j <= i - w``, its entry's :attr:`Method.far`), or the entry's own
+    :attr:`Method.branches` (``dca``); ``()`` for the log-n family, which keeps one plain branch."""
+    xp = xp or torch_namespace()
+    part = setting.attention
+    if part is None:
+        return ()
+    own = {k: params[k] for k in part.params}
+    if part.far is not None:
+        window = int(params["window"])
+        return (
+            Branch(partial(near_keys, window=window), plain_positions, band=True),
+            Branch(partial(far_keys, xp=xp, window=window), partial(part.far, xp=xp, **own)),
+        )
+    if part.branches is not None:
+        return tuple(part.branches(xp=xp, **own))
+    return ()
 
 
 def exportable(engine: str) -> tuple[str, ...]:

@@ -35,9 +35,9 @@ from .errors import UserError
 from .geometry import RopeGeometry
 from .methods import (
     MethodSetting,
+    attention_branches,
     check_applicable,
     effective_params,
-    far_positions,
     frequencies,
     query_scale,
 )
@@ -147,8 +147,7 @@ def applied(
                 scale=scale,
                 rotary_dim=geom.rotary_dim,
                 trained_len=geom.trained_len,
-                window=int(params["window"]) if setting.two_branch else 0,
-                far=partial(far_positions, setting, params) if setting.two_branch else None,
+                branches=attention_branches(setting, params),
                 query_scale=partial(query_scale, setting, geom) if setting.scales_queries else None,
             )
             for module in attention_modules(model):

@@ -154,9 +154,12 @@ def test_llamacpp_flags_give_ctxbenchs_frequencies_and_scale(method, params, d, 
 def test_a_method_an_engine_lacks_is_one_user_error_naming_what_it_supports(engine, method, tmp_path):
     setting = resolve(method)
     params = {p.name: p.example for p in setting.declarations().values() if p.required}  # theta, ntk-mixed, ntk-alpha
-    supported = setting.attention is None and method in SUPPORTED[engine]
+    supported = method in SUPPORTED[engine]
     if supported and method in ("native", "longrope"):
         return  # need a model with its own scaling / factors: covered above
+    if supported and setting.attention is not None:  # dca in vLLM: its own config (tests/test_dca.py)
+        assert "dual_chunk_attention_config" in export(method, FACTOR, engine, params=params, **GEOM)
+        return
     if supported:
         export(method, FACTOR, engine, params=params, **GEOM)
         return

@@ -212,6 +212,10 @@ PARAM_CASES = [
     ("string", ["local_value=1.5"], ["string parameter local_value", "1.5 is not a whole number"]),
     ("string", ["local_value="], ["string parameter local_value", "'' is empty"]),
     ("yarn+string+logn", ["local_value=true"], ["string parameter local_value", "true is not a whole"]),
+    ("dca", ["chunk_size=0"], ["dca parameter chunk_size", "0 must be >= 1", "a length in tokens"]),
+    ("dca", ["chunk_size=abc"], ["dca parameter chunk_size", "'abc' is not a length"]),
+    ("dca", ["local_window=-1"], ["dca parameter local_window", "-1 must be >= 0", "local_size"]),
+    ("ntk+dca", ["local_window="], ["dca parameter local_window", "'' is empty"]),
     # methods without parameters take none
     ("ntk", ["alpha=1"], ["unknown parameter 'alpha' for method 'ntk'", "its parameters are: none"]),
     ("logn", ["window=16"], ["unknown parameter 'window' for method 'logn'"]),
@@ -267,6 +271,8 @@ EXPORT_CASES = [
      ["string local_value 2048 must be <= window 1351", "local_value=N"]),  # fmt: skip
     ("string", "json", ["window=100", "local_value=101"], ["string local_value 101 must be <= window 100"]),
     ("string", "vllm", ["window=0"], ["string parameter window", "0 must be >= 1"]),
+    ("dca", "vllm", ["chunk_size=512", "local_window=512"], ["dca local_window 512 must be < chunk_size 512", "local_window=N"]),
+    ("dca", "json", ["local_window=1.5"], ["dca parameter local_window", "1.5 is not a whole number"]),
     ("proportional", "transformers", ["partial_rotary_factor=2"], ["proportional parameter partial_rotary_factor", "2 must be <= 1"]),
 ]
 

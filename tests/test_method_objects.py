@@ -126,8 +126,8 @@ def test_each_entry_is_complete():
     for name, m in METHODS.items():
         assert m.name == name
         assert (m.fn is None) == m.attention, name  # a frequency function, or attention-level
-        if m.attention:
-            assert (m.query_scale is None) != (m.far is None), name  # the log-n family, or two branches
+        if m.attention:  # the log-n family, two branches, or a partition of its own (dca)
+            assert [m.query_scale, m.far, m.branches].count(None) == 2, name
         if m.far is not None:  # the near branch's w, derived when auto
             assert "window" in m.params and m.derive is not None, name
         for engine in ("transformers", "vllm", "llamacpp"):
@@ -135,8 +135,9 @@ def test_each_entry_is_complete():
             assert callable(how) or isinstance(how, str), (name, engine)
         # vLLM reads transformers' fields, or where transformers cannot, the fields of a rope type
         # only vLLM has (``Exports.fields``): it can take only what one of them gives
+        # (an attention-level method vLLM runs itself, dca, gives its own config instead)
         assert m.exports.refusal("vllm") is not None or m.exports.refusal("transformers") is None \
-            or callable(m.exports.fields), name
+            or callable(m.exports.fields) or m.attention, name
         if m.exports.fields is not None:  # only for what transformers refuses and vLLM takes
             assert m.exports.refusal("transformers") is not None and m.exports.refusal("vllm") is None, name
 

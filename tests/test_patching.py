@@ -5,8 +5,9 @@
 * Restore: after the block the model is exactly what it was.
 * Attention-level methods: a naive reference attention written here (full score matrix from an
   explicit relative-position matrix, float64, registered through transformers' AttentionInterface
-  while the model's rotary module is set to the identity) against ctxbench's blocked two-branch
-  attention, at four times the trained length, with grouped-query attention.
+  while the model's rotary module is set to the identity) against ctxbench's branched attention
+  (two-branch methods, dca's three chunk parts; fused and blocked paths), at four times the trained
+  length, with grouped-query attention.
 """
 
 from __future__ import annotations
@@ -277,7 +278,8 @@ def test_model_without_rope_runs_only_baselines_and_has_no_rotary_module():
 @functools.cache
 def relative_positions(kind: str, n: int, w: int = 0, k: float = 1.0, g: int = 1) -> torch.Tensor:
     """P[i, j]: the relative position a method gives query i and key j <= i, one entry at a time
-    (``string``: ``w`` is its shift ``S`` and ``k`` its ``W``)."""
+    (``string``: ``w`` is its shift ``S`` and ``k`` its ``W``; ``dca``: ``w`` is its chunk_size and ``k``
+    its local_window, chunks of ``c = w - k``)."""
     P = np.zeros((n, n))
     for i in range(n):
         for j in range(i + 1):
@@ -290,6 +292,10 @@ def relative_positions(kind: str, n: int, w: int = 0, k: float = 1.0, g: int = 1
                 P[i, j] = p if p < w else (i // g + w - w // g) - j // g
             elif kind == "string":  # w is S, k is W
                 P[i, j] = p if p < w else p - w + k
+            elif kind == "dca":  # the paper's query position by chunk distance, minus the key's j mod c
+                c = int(w - k)
+                q = i % c if i // c == j // c else min(i % c + c, w) if i // c == j // c + 1 else min(2 * c - 1, w)
+                P[i, j] = q - j % c
             else:  # plain RoPE (also logn)
                 P[i, j] = p
     return torch.from_numpy(P)
@@ -398,6 +404,9 @@ ATTENTION_CASES = [
     ("yarn+rerope", {"window": 16}, "rerope", "yarn", 16, 1.0, 1),
     ("ntk+self-extend", {"window": 16, "group": 4}, "self-extend", "ntk", 16, 1.0, 4),
     ("yarn+string", {"window": 24, "local_value": 8}, "string", "yarn", 24, 8, 1),
+    ("dca", {"chunk_size": 48, "local_window": 8}, "dca", "none", 48, 8, 1),
+    ("dca", {"chunk_size": 30, "local_window": 16}, "dca", "none", 30, 16, 1),
+    ("ntk+dca", {"chunk_size": 24, "local_window": 6}, "dca", "ntk", 24, 6, 1),
 ]
 
 
@@ -434,7 +443,8 @@ def test_logn_within_the_trained_length_is_plain_rope(ids):
 
 @pytest.mark.parametrize("spec,params", [("rerope", {"window": 16}), ("leaky-rerope", {"window": 16, "k": 3.0}),
                                          ("self-extend", {"window": 16, "group": 4}), ("ntk+logn", None),
-                                         ("string", {"window": 21, "local_value": 10})])  # fmt: skip
+                                         ("string", {"window": 21, "local_value": 10}),
+                                         ("dca", {"chunk_size": 24, "local_window": 6})])  # fmt: skip
 def test_greedy_generation_with_a_kv_cache_matches_full_forwards(spec, params, ids):
     model = llama()
     prompt, new = ids[:, : N - 8], 8
@@ -449,7 +459,8 @@ def test_greedy_generation_with_a_kv_cache_matches_full_forwards(spec, params, i
     assert out.sequences.tolist() == seq.tolist()
 
 
-@pytest.mark.parametrize("spec,params", [("rerope", {"window": 16}), ("self-extend", {"window": 16, "group": 4}), ("logn", None)])
+@pytest.mark.parametrize("spec,params", [("rerope", {"window": 16}), ("self-extend", {"window": 16, "group": 4}), ("logn", None),
+                                         ("dca", {"chunk_size": 24, "local_window": 6})])  # fmt: skip
 def test_prefill_in_chunks_with_a_cache_equals_one_forward(spec, params, ids):
     """Queries that are not the whole sequence (q positions offset into the keys), several at a time."""
     model = llama()
@@ -467,6 +478,7 @@ def test_prefill_in_chunks_with_a_cache_equals_one_forward(spec, params, ids):
         ("leaky-rerope", {"window": 16, "k": 3.0}, "leaky-rerope", "none", 16, 3.0, 1),
         ("self-extend", {"window": 24, "group": 3}, "self-extend", "none", 24, 1.0, 3),
         ("string", {"window": 21, "local_value": 10}, "string", "none", 21, 10, 1),
+        ("dca", {"chunk_size": 24, "local_window": 6}, "dca", "none", 24, 6, 1),
     ],
 )
 def test_small_score_budget_splits_queries_into_blocks_with_the_same_result(spec, params, kind, freq, w, k, g, ids, monkeypatch):
@@ -506,6 +518,8 @@ def test_small_score_budget_splits_logn_queries_into_blocks_with_the_same_result
         ("leaky-rerope", {"window": 24, "k": 1.5}, "leaky-rerope", "none", 24, 1.5, 1),
         ("self-extend", {"window": 8, "group": 8}, "self-extend", "none", 8, 1.0, 8),
         ("string", {"window": 30, "local_value": 5}, "string", "none", 30, 5, 1),
+        ("dca", {"chunk_size": 24, "local_window": 6}, "dca", "none", 24, 6, 1),
+        ("dca", {"chunk_size": 30, "local_window": 16}, "dca", "none", 30, 16, 1),
     ],
 )
 @pytest.mark.parametrize("kernel", ["cpu-flash", "portable"])
