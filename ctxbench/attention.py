@@ -1,5 +1,5 @@
-"""Attention-level methods: log-n scaling, Scalable-Softmax, ReRoPE, leaky ReRoPE, Self-Extend, STRING and
-Dual Chunk Attention.
+"""Attention-level methods: log-n scaling, Scalable-Softmax, ReRoPE, leaky ReRoPE, Self-Extend, STRING,
+Dual Chunk Attention and Ms-PoE.
 
 How they plug in: while one of these methods is applied, the model's rotary modules return the
 identity rotation (cos = 1, sin = 0), so queries and keys reach the attention function — and
@@ -37,6 +37,14 @@ and :func:`ctxbench.patching.applied` hands its answers over in the :class:`Atte
   ReRoPE's author's code (bojone/rerope, and the yarn repository's copy) always does with log-n:
   every query, in both branches, is multiplied by the factor before the positions are applied.
 
+* A per-head method (``ms-poe``) is plain RoPE attention in which head ``h`` reads every position
+  divided by a ratio of its own; which ratio is the input's: the entry orders the heads from their
+  position-free attention at the input's last query (one row, memory linear in length), computed
+  when a forward starts an input (no KV cache) and kept in the layer's plan (:attr:`AttentionPlan.memo`)
+  for the forwards that continue its cache, as the authors' module keeps it for decoding. The plan
+  carries the ratios and the ordering as :attr:`AttentionPlan.head_ratios` / ``order_heads``; layers
+  the method leaves (its ``first_layer``) get a plan of plain RoPE.
+
 On a per-layer-type model (Gemma 3) the method runs on the full-attention layers only;
 :func:`ctxbench.patching.applied` gives each sliding-window layer ``plan=None`` and its window
 (``_ctxbench_window``), and :func:`_windowed` runs it as shipped: its own rotary already applied,
@@ -47,7 +55,7 @@ so a cache that keeps only the window's keys gives the same result.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -82,6 +90,15 @@ class AttentionPlan:
     # 0-based query positions -> the factor multiplying each query (float32), for the log-n family
     # (``logn``, ``ssmax``) alone or stacked on a two-branch method; None: queries as they are
     query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # A per-head method (``ms-poe``): num_heads -> the (h,) float32 ratios that divide positions
+    # (``methods.head_ratios``), and the position-free attention of the input's last query (b, h, n)
+    # -> the (b, h) index of the ratio each head takes (``methods.order_heads``); None: one set of
+    # positions for every head
+    head_ratios: Callable[[int], torch.Tensor] | None = None
+    order_heads: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # what one layer keeps between the forwards of one input: the head order its prefill computed
+    # (``"order"``), reused by the forwards that continue its KV cache (one plan per layer)
+    memo: dict = field(default_factory=dict, compare=False)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -93,6 +110,12 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, sca
     """RoPE as transformers applies it: the first ``rotary_dim`` dims of ``x`` (batch, heads, seq, dim)
     turned by ``positions`` (seq,) times ``inv_freq``, cos and sin multiplied by ``scale``."""
     freqs = positions[:, None].float() * inv_freq.to(device=x.device, dtype=torch.float)  # (seq, d/2)
+    return _turn(x, freqs, scale, rotary_dim)
+
+
+def _turn(x: torch.Tensor, freqs: torch.Tensor, scale: float, rotary_dim: int) -> torch.Tensor:
+    """``x`` (batch, heads, seq, dim) rotated by the angles ``freqs`` (seq, d/2), or per head
+    (batch, heads, seq, d/2), as transformers rotates: ``x cos + rotate_half(x) sin``."""
     emb = torch.cat((freqs, freqs), dim=-1)
     cos = (emb.cos() * scale).to(x.dtype)
     sin = (emb.sin() * scale).to(x.dtype)
@@ -125,16 +148,24 @@ def _logn_queries(q: torch.Tensor, q_pos: torch.Tensor, trained_len: int) -> tor
 
 def _scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
     """The log-n family: rotate normally, multiply each query by its position's factor
-    (``plan.query_scale``: ``log_L(m)`` past ``L`` for logn, Llama 4's temperature for ssmax), then SDPA."""
+    (``plan.query_scale``: ``log_L(m)`` past ``L`` for logn, Llama 4's temperature for ssmax), then SDPA;
+    without a query scale, plain RoPE (the layers a per-layer method leaves as they are)."""
     qr = rotate(q, q_pos, plan.inv_freq, plan.scale, plan.rotary_dim)
     kr = rotate(k, k_pos, plan.inv_freq, plan.scale, plan.rotary_dim)
-    qr = _scale_queries(qr, plan.query_scale(q_pos))
-    gqa = q.shape[1] != k.shape[1]
-    n_q, n_k = q.shape[2], k.shape[2]
+    if plan.query_scale is not None:
+        qr = _scale_queries(qr, plan.query_scale(q_pos))
+    return _causal(qr, kr, v, scaling, q_pos, k_pos)
+
+
+def _causal(qr, kr, v, scaling, q_pos, k_pos):
+    """Causal attention of rotated queries (b, h, n_q, d) over rotated keys (b, kv, n_k, d): one SDPA
+    call for a whole sequence, else blocks of queries each with its (block, keys) mask."""
+    gqa = qr.shape[1] != kr.shape[1]
+    n_q, n_k = qr.shape[2], kr.shape[2]
     if n_q == n_k:
         return F.scaled_dot_product_attention(qr, kr, v, is_causal=True, scale=scaling, enable_gqa=gqa)
     out = []
-    step = _block_size(q.shape[1], n_k)
+    step = _block_size(qr.shape[1], n_k)
     for a in range(0, n_q, step):
         pos = q_pos[a : a + step]
         last = int(pos[-1]) + 1
@@ -145,6 +176,48 @@ def _scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
             )
         )
     return torch.cat(out, dim=2)
+
+
+def _last_query_attention(q, k, scaling) -> torch.Tensor:
+    """(b, h, n): each head's attention of the last query over every key, from unrotated ``q`` and
+    ``k`` (no positions), softmax in float32 and then ``q``'s dtype, as Ms-PoE's authors compute it
+    for their head statistics (``_head_wise_statistics``). One query row: memory linear in length."""
+    b, h, _, d = q.shape
+    kv_heads = k.shape[1]
+    last = _grouped(q[:, :, -1:], kv_heads)  # (b, kv, g, 1, d)
+    scores = torch.matmul(last, k[:, :, None].transpose(-1, -2)) * scaling  # (b, kv, g, 1, n)
+    return torch.softmax(scores.float(), dim=-1).to(q.dtype).reshape(b, h, -1)
+
+
+def _rotate_heads(x, positions, ratios, plan) -> torch.Tensor:
+    """``x`` (b, heads, n, d) with each head's positions divided by its ratio, ``ratios`` (b, heads):
+    the angle of pair ``i`` at position ``p`` is ``(p / r) * theta_i``, float32, as Ms-PoE's rotary
+    cache computes it (``t / compress_ratio``, then the outer product with ``inv_freq``)."""
+    pos = positions.float()[None, None, :] / ratios.float()[..., None]  # (b, heads, n)
+    freqs = pos[..., None] * plan.inv_freq.to(device=x.device, dtype=torch.float)  # (b, heads, n, d/2)
+    return _turn(x, freqs, plan.scale, plan.rotary_dim)
+
+
+def _head_scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
+    """A per-head method (``ms-poe``): head ``h`` reads every position divided by the ratio of index
+    ``order[h]``; a key head takes the ratio of the first query head of its group, as the authors'
+    ``cos[::num_key_value_groups]``. A forward that starts an input (no KV cache) computes the order
+    from its last query (``plan.order_heads``) and keeps it in the layer's ``plan.memo``; a forward
+    that continues a cache reuses the order of the prefill that built it, as the authors' module,
+    which computes its head order on its first call and keeps it for the decoding steps."""
+    b, h = q.shape[0], q.shape[1]
+    if q.shape[2] == k.shape[2]:
+        plan.memo["order"] = plan.order_heads(_last_query_attention(q, k, scaling))
+    order = plan.memo.get("order")
+    if order is None or order.shape[0] not in (1, b):
+        raise RuntimeError(
+            "a per-head method continued a KV cache whose prefill it did not see: prefill each input in one "
+            "forward with the method applied (ctxbench.decoding shares no prefix for such a method)"
+        )
+    ratios = plan.head_ratios(h).to(q.device)[order].expand(b, h)  # (b, h)
+    qr = _rotate_heads(q, q_pos, ratios, plan)
+    kr = _rotate_heads(k, k_pos, ratios[:, :: h // k.shape[1]], plan)
+    return _causal(qr, kr, v, scaling, q_pos, k_pos)
 
 
 def _branched_attention(plan, q, k, v, scaling, q_pos, k_pos):
@@ -383,7 +456,9 @@ def ctxbench_attention(module, query, key, value, attention_mask, scaling=None, 
     q_pos = k_pos[n_k - n_q :]
     if plan.branches:
         out = _branched_attention(plan, query, key, value, scaling, q_pos, k_pos)
-    else:  # the log-n family
+    elif plan.head_ratios is not None:  # a per-head method
+        out = _head_scaled_attention(plan, query, key, value, scaling, q_pos, k_pos)
+    else:  # the log-n family, or plain RoPE on a layer a per-layer method leaves as it is
         out = _scaled_attention(plan, query, key, value, scaling, q_pos, k_pos)
     return out.transpose(1, 2).contiguous(), None
 

@@ -13,7 +13,10 @@ structure itself from the token ids, with no help from the task:
    suffixes of equal token count are decoded as one batch.
 
 The answers equal those of decoding each prompt alone (tests check it), and the tokens fed are
-reported so benchmarks can state the bound on the speed-up.
+reported so benchmarks can state the bound on the speed-up. That needs a causal method: under one
+whose every output depends on the whole input (``ms-poe``'s head order comes from the prompt's last
+token; ``MethodSetting.causal`` is False) a prefix's cache is not a longer prompt's, so callers pass
+``share=False`` and each prompt is prefilled whole, in one forward, as its authors run it.
 """
 
 from __future__ import annotations
@@ -162,11 +165,19 @@ def plan(prompts: Sequence[Sequence[int]]) -> Plan:
 
 def decode_shared(
     model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: int | None, budget: int = CACHE_BUDGET,
-    finished=None,
+    finished=None, share: bool = True,
 ) -> Iterator[Answer]:
     """Greedy answers of every prompt, yielded group by group (see the module docstring).
-    ``finished(i, tokens)``: prompt ``i``'s answer so far is final (its decoding may stop)."""
+    ``finished(i, tokens)``: prompt ``i``'s answer so far is final (its decoding may stop).
+    ``share=False``: no shared prefix, each prompt prefilled whole and decoded alone."""
     device = next(model.parameters()).device
+    if not share:
+        for i, prompt in enumerate(prompts):
+            t0 = time.perf_counter()
+            stop = None if finished is None else (lambda b, new, i=i: finished(i, new))
+            new = greedy(model, torch.tensor([list(prompt)], device=device), max_new_tokens, eos, None, stop)[0]
+            yield Answer(i, tuple(new), time.perf_counter() - t0)
+        return
     per_prompt = cache_bytes_per_token(model) * (max(len(q) for q in prompts) + max_new_tokens)
     batch = max(1, budget // max(1, per_prompt))
     for g, members, base, shared_seconds in _shared_groups(model, prompts):
@@ -207,18 +218,37 @@ def _shared_groups(model, prompts: Sequence[Sequence[int]]) -> Iterator[tuple]:
 
 
 @torch.inference_mode()
-def score_shared(model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> Iterator[Scored]:
+def score_shared(
+    model, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], share: bool = True
+) -> Iterator[Scored]:
     """Teacher-forced NLL of ``continuations[i]`` (k_i >= 1 tokens) after ``prompts[i]``, with the
     prompts' shared prefixes computed once exactly as :func:`decode_shared` computes them (same
     :func:`plan`); then each prompt's own suffix and its continuation but the last token go through
     the model in one forward on a copy of the shared cache, and the LM head runs only on the k_i
-    positions that predict the continuation. No decoding. Yields a :class:`Scored` per prompt."""
+    positions that predict the continuation. No decoding. Yields a :class:`Scored` per prompt.
+    ``share=False`` (as :func:`decode_shared`): each prompt is prefilled whole, then its
+    continuation but the last token goes through on that cache, as decoding would feed it."""
     import torch.nn.functional as F
 
     from .scoring import decoder, head_logits
 
     device = next(model.parameters()).device
     body = decoder(model)
+    if not share:
+        from transformers import DynamicCache
+
+        for i, prompt in enumerate(prompts):
+            t0 = time.perf_counter()
+            cont, cache = list(continuations[i]), DynamicCache()
+            ids = torch.tensor([list(prompt)], device=device)
+            hidden = body(input_ids=ids, **with_cache(body, cache), use_cache=True).last_hidden_state[:, -1:]
+            if len(cont) > 1:
+                more = body(input_ids=torch.tensor([cont[:-1]], device=device), **with_cache(body, cache), use_cache=True)
+                hidden = torch.cat([hidden, more.last_hidden_state], dim=1)  # (1, k, hidden)
+            logits = head_logits(model, hidden)[0]
+            nll = F.cross_entropy(logits, torch.tensor(cont, device=device), reduction="none").cpu()
+            yield Scored(i, nll, time.perf_counter() - t0)
+        return
     for g, members, base, shared_seconds in _shared_groups(model, prompts):
         for i in members:
             t0 = time.perf_counter()

@@ -15,15 +15,17 @@ methods apart by name (``tests/test_method_objects.py`` scans for it): adding a 
 functions and one entry here (docs/design.md, "How a method plugs in").
 
 Attention-level methods (``logn``, ``ssmax``, ``rerope``, ``leaky-rerope``, ``self-extend``, ``string``,
-``dca``) are entries too, with ``attention=True``; :mod:`ctxbench.attention` runs them from what the entry
-gives. They combine with one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``, ``yarn+ssmax``). The log-n
-family (``logn``, ``ssmax``) only multiplies each query by a factor of its position, a pure function
+``dca``, ``ms-poe``) are entries too, with ``attention=True``; :mod:`ctxbench.attention` runs them from
+what the entry gives. They combine with one frequency method as ``FREQ+ATTN`` (e.g. ``ntk+logn``,
+``yarn+ssmax``). The log-n family (``logn``, ``ssmax``) only multiplies each query by a factor of its position, a pure function
 the entry carries (``query_scale``); a two-branch method carries where its far branch puts queries
 and keys (``far``), and also takes one of the log-n family, as ReRoPE's author always used log-n:
 ``rerope+logn``, ``ntk+rerope+logn``, ``rerope+ssmax``. A method that partitions each query's keys its
 own way carries the parts (``branches``: Dual Chunk Attention's intra-, successive- and inter-chunk
 keys, each with its own query positions); every attention-level method with positions of its own runs
-as such a list of :class:`Branch` (:func:`attention_branches`).
+as such a list of :class:`Branch` (:func:`attention_branches`). A per-head method (``ms-poe``)
+carries the ratios that divide each head's positions (``head_ratios``), how the input orders the
+heads over them (``order_heads``) and the layers it runs on (``layers``).
 
 ``native`` is the model as shipped: the config's own RoPE scaling, computed by transformers.
 Models without RoPE run only the baselines ``none`` and ``native`` (:func:`check_applicable`).
@@ -597,6 +599,53 @@ def dca_branches(*, xp, chunk_size: int, local_window: int) -> tuple[Branch, Bra
         Branch(partial(_dca_inter_keys, xp=xp, chunk=chunk),
                partial(_dca_inter_positions, xp=xp, chunk=chunk, chunk_size=chunk_size)),
     )  # fmt: skip
+# Ms-PoE (Zhang et al., "Found in the Middle: How Language Models Use Long Contexts Better via
+# Plug-and-Play Positional Encoding", NeurIPS 2024, arXiv 2403.04797), from the authors' code:
+# VITA-Group/Ms-PoE at commit a46c3d18a6c7d9fb941b72c17dccffe7863adddc, ``utils/modify_arch/llama.py``
+# (``MsPoELlamaRotaryEmbedding``, ``MsPoELlamaAttention``) with the defaults of ``src/ms_poe.sh`` and
+# ``inference.py``: ``--compress_ratio_min 1.2 --compress_ratio_max 1.8`` and ``--apply_layers
+# 2,3,...,31`` on 32-layer models (every layer but the first two). A per-head method: head ``h``
+# reads every position divided by its own ratio; which ratio depends on the input (the order of
+# the heads' "outlier" scores at the input's last query), so :mod:`ctxbench.attention` computes
+# that order once per input and keeps it for the decoding steps, as the authors' module does.
+MSPOE_RATIO_MIN, MSPOE_RATIO_MAX, MSPOE_FIRST_LAYER = 1.2, 1.8, 2
+
+
+def mspoe_ratios(num_heads: int, *, xp, ratio_min: float, ratio_max: float, **_) -> Array:
+    """The authors' ``compress_ratio``: ``r_k = min + (max - min) * k / H`` for ``k = 0..H-1``, in
+    float32 as their rotary module computes it (``k / H``, so ``r`` never reaches ``max``)."""
+    k = xp.astype(xp.arange(num_heads, dtype=xp.int64), xp.float32)
+    return ratio_min + (ratio_max - ratio_min) * (k / num_heads)
+
+
+def mspoe_order(probs: Array, *, xp, head_order: str, **_) -> Array:
+    """Which ratio each head takes, ``(b, h)`` integer indices into :func:`mspoe_ratios`, from
+    ``probs`` (b, h, n): each head's attention of the input's last query over all its keys,
+    without positions (the softmax of the unrotated ``q k^T``).
+
+    ``outlier`` (the authors' default, ``head_type`` unset; their ``_calculate_outlier``): the score
+    of a head is ``-mean_j [p_j > 3 * mean(p)]``, minus the share of keys drawing more than three
+    times the average weight, and head ``h`` takes the ratio of index ``argsort(score)[h]`` (their
+    ``cos[self.head_order]``), ties kept in head order. ``reversed`` (their ``--head_type normal``):
+    head ``h`` takes index ``H - 1 - h`` whatever the input."""
+    b, h = probs.shape[0], probs.shape[1]
+    if head_order == "reversed":
+        fixed = (h - 1) - xp.arange(h, dtype=xp.int64, device=probs.device)
+        return xp.broadcast_to(fixed[None, :], (b, h))
+    average = xp.mean(probs, axis=-1, keepdims=True)
+    outlier = -xp.mean(xp.astype(probs > 3 * average, xp.float32), axis=-1)  # (b, h)
+    return xp.argsort(outlier, axis=-1, stable=True)
+
+
+def mspoe_layers(num_layers: int, *, first_layer: int, **_) -> range:
+    """The layers Ms-PoE runs on, ``first_layer .. num_layers - 1`` (the authors' ``apply_layers``);
+    the earlier ones keep plain RoPE."""
+    if first_layer >= num_layers:
+        raise UserError(
+            f"ms-poe first_layer={first_layer} leaves no layer of this {num_layers}-layer model to apply to",
+            f"pass --param first_layer=N with 0 <= N < {num_layers} (the authors: 2, every layer but the first two)",
+        )
+    return range(first_layer, num_layers)
 
 
 class _RopeConfig:
@@ -1108,6 +1157,16 @@ class Method:
     # A method that partitions each query's keys its own way: fn(*, xp, **params) -> its parts, each a
     # :class:`Branch` (key range and positions); ``dca``: intra-, successive- and inter-chunk.
     branches: Callable[..., tuple[Branch, ...]] | None = None
+    # A per-head method (``ms-poe``): fn(num_heads, *, xp, **params) -> the (h,) float32 ratios that
+    # divide positions, and fn(probs, *, xp, **params) -> the (b, h) index of the ratio each head
+    # takes, from ``probs`` (b, h, n), each head's position-free attention of the input's last query
+    head_ratios: Callable[..., Array] | None = None
+    order_heads: Callable[..., Array] | None = None
+    # fn(num_layers, **params) -> the layer indices it runs on (others keep plain RoPE); None: every layer
+    layers: Callable[..., range] | None = None
+    # a token's output depends on the tokens up to it only; False (``ms-poe``, whose head order comes
+    # from the input's last query): a prefix's forward or KV cache is not shared with longer inputs
+    causal: bool = True
     # fn(params, geom, factor) -> the parameters it uses on this model at this factor, from its own:
     # defaults derived from L and s (rerope's window L/4), the config's own scaling (native)
     derive: Callable[[dict, RopeGeometry, float], dict] | None = None
@@ -1269,9 +1328,29 @@ METHODS: dict[str, Method] = {
         declared=(DCA_CHUNK, DCA_LOCAL), uses_factor=False, attention=True, branches=dca_branches, derive=dca_params,
         exports=Exports(DCA_REFUSAL.format(engine="transformers"), dca_vllm, DCA_REFUSAL.format(engine="llama.cpp")),
     ),  # fmt: skip
+    "ms-poe": Method(
+        "ms-poe", None, "head h: positions / r_o(h), r_k = min + (max-min) k/H, o = argsort of the heads' outlier scores",
+        "Ms-PoE, arXiv 2403.04797 (VITA-Group/Ms-PoE)",
+        declared=(
+            Param("ratio_min", MSPOE_RATIO_MIN, "float", "the smallest ratio a head divides positions by (the authors' "
+                  "compress_ratio_min)", low=1),
+            Param("ratio_max", MSPOE_RATIO_MAX, "float", "ratios run from ratio_min towards ratio_max in H equal steps, "
+                  "r_k = min + (max-min) k/H (the authors' compress_ratio_max)", low=1, greater_than="ratio_min"),
+            Param("first_layer", MSPOE_FIRST_LAYER, "int", "layers from this one on use Ms-PoE, earlier ones plain RoPE "
+                  "(the authors' apply_layers 2..31 of 32)", low=0),
+            Param("head_order", "outlier", "choice", "which head takes which ratio: outlier (by the share of keys above "
+                  "3x the mean weight at the input's last query) or reversed (head h takes index H-1-h; the authors' "
+                  "head_type normal)", choices=("outlier", "reversed")),
+        ),
+        uses_factor=False, attention=True, head_ratios=mspoe_ratios, order_heads=mspoe_order, layers=mspoe_layers,
+        causal=False, exports=Exports.refused(
+            ATTENTION_REFUSAL + ": Ms-PoE divides each head's positions by its own ratio, chosen per input from "
+            "the attention statistics of the prompt's last token, and no engine's rotary embedding has per-head positions"),
+    ),  # fmt: skip
 }
 
-ALIASES: dict[str, str] = {"pi": "linear", "dynamic": "dynamic-ntk", "abf": "theta", "plain": "none", "shipped": "native"}
+ALIASES: dict[str, str] = {"pi": "linear", "dynamic": "dynamic-ntk", "abf": "theta", "plain": "none", "shipped": "native",
+                           "mspoe": "ms-poe"}
 # Views of the registry. Attention-level methods with a near and a far branch; each also takes
 # log-n query scaling (``rerope+logn``).
 TWO_BRANCH = tuple(n for n, m in METHODS.items() if m.far is not None)
@@ -1339,6 +1418,18 @@ class MethodSetting:
         """Its attention method has a near and a far branch (``rerope``, ``leaky-rerope``, ``self-extend``,
         ``string``)."""
         return self.attention is not None and self.attention.far is not None
+
+    @property
+    def head_scaled(self) -> bool:
+        """Its attention method divides each head's positions by a ratio of its own (``ms-poe``)."""
+        return self.attention is not None and self.attention.head_ratios is not None
+
+    @property
+    def causal(self) -> bool:
+        """Each token's output depends on the tokens up to it only, so a forward (or KV cache) of a
+        prefix serves every longer input that starts with it; False for ``ms-poe``, whose head order
+        is computed from the input's last query."""
+        return all(part.causal for part in self.parts)
 
     @property
     def query_scaler(self) -> Method | None:
@@ -1564,6 +1655,31 @@ def attention_branches(setting: MethodSetting, params: dict, xp=None) -> tuple[B
     if part.branches is not None:
         return tuple(part.branches(xp=xp, **own))
     return ()
+
+
+def head_ratios(setting: MethodSetting, params: dict, num_heads: int, xp=None) -> Array:
+    """The (h,) float32 ratios a per-head method (:attr:`Method.head_ratios`) divides positions by,
+    with ``params`` from :func:`effective_params`."""
+    xp = xp or torch_namespace()
+    part = setting.attention
+    return part.head_ratios(num_heads, xp=xp, **{k: params[k] for k in part.params})
+
+
+def order_heads(setting: MethodSetting, params: dict, probs: Array, xp=None) -> Array:
+    """The (b, h) index of the ratio each head takes (:attr:`Method.order_heads`), from ``probs``
+    (b, h, n): each head's position-free attention of the input's last query over its keys."""
+    xp = xp or torch_namespace()
+    part = setting.attention
+    return part.order_heads(probs, xp=xp, **{k: params[k] for k in part.params})
+
+
+def method_layers(setting: MethodSetting, params: dict, num_layers: int) -> range | None:
+    """The layer indices its attention method runs on (:attr:`Method.layers`), the others keeping
+    plain RoPE; None when it runs on every layer."""
+    part = setting.attention
+    if part is None or part.layers is None:
+        return None
+    return part.layers(num_layers, **{k: params[k] for k in part.params})
 
 
 def exportable(engine: str) -> tuple[str, ...]:

@@ -6,6 +6,9 @@ GPT-NeoX, ... all keep an ``inv_freq`` buffer and an ``attention_scaling`` attri
 the originals back on exit, so one loaded model serves a whole grid with no state leaking
 between cells.
 
+An attention-level method of some layers only (``ms-poe``: ``first_layer`` on, the authors'
+``apply_layers``) gets each layer its own plan, and plain RoPE on the layers it leaves.
+
 A per-layer-type model (Gemma 3: ``geom.layer_type`` set, see :mod:`ctxbench.geometry`) keeps one
 table per layer type in its rotary module (``full_attention_inv_freq``,
 ``sliding_attention_inv_freq``, ...): the method is written into the geometry's type's table only
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -39,6 +43,9 @@ from .methods import (
     check_applicable,
     effective_params,
     frequencies,
+    head_ratios,
+    method_layers,
+    order_heads,
     query_scale,
 )
 
@@ -149,9 +156,14 @@ def applied(
                 trained_len=geom.trained_len,
                 branches=attention_branches(setting, params),
                 query_scale=partial(query_scale, setting, geom) if setting.scales_queries else None,
+                head_ratios=partial(head_ratios, setting, params) if setting.head_scaled else None,
+                order_heads=partial(order_heads, setting, params) if setting.head_scaled else None,
             )
-            for module in attention_modules(model):
-                module._ctxbench_plan = plan if _runs_method(module, geom, setting) else None
+            modules = attention_modules(model)
+            layers = method_layers(setting, params, 1 + max((m.layer_idx for m in modules), default=-1))
+            for module in modules:
+                runs = _runs_method(module, geom, setting)
+                module._ctxbench_plan = _layer_plan(plan, module, layers) if runs else None
                 attn_saved.append(module)
             if not attn_saved:
                 raise UserError(
@@ -173,6 +185,17 @@ def applied(
                 del module._ctxbench_window
         if attn_saved and impl is not None:
             model.set_attn_implementation(impl)
+
+
+def _layer_plan(plan: AttentionPlan, module: nn.Module, layers: range | None) -> AttentionPlan:
+    """The plan of one attention module: the shared one for a method of every layer; for a method
+    of some layers (``ms-poe``'s ``first_layer``), its own copy, with its own memo, on those layers,
+    and plain RoPE (the frequency part's) on the others."""
+    if layers is None:
+        return plan
+    if module.layer_idx in layers:
+        return replace(plan, memo={})
+    return replace(plan, branches=(), query_scale=None, head_ratios=None, order_heads=None, memo={})
 
 
 def _runs_method(module: nn.Module, geom: RopeGeometry, setting: MethodSetting) -> bool:

@@ -216,6 +216,15 @@ PARAM_CASES = [
     ("dca", ["chunk_size=abc"], ["dca parameter chunk_size", "'abc' is not a length"]),
     ("dca", ["local_window=-1"], ["dca parameter local_window", "-1 must be >= 0", "local_size"]),
     ("ntk+dca", ["local_window="], ["dca parameter local_window", "'' is empty"]),
+    # ms-poe: ratios >= 1 with ratio_max > ratio_min, first_layer a whole number >= 0, head_order a choice
+    ("ms-poe", ["ratio_min=0.5"], ["ms-poe parameter ratio_min", "0.5 must be >= 1", "compress_ratio_min"]),
+    ("ms-poe", ["ratio_min=abc"], ["ms-poe parameter ratio_min", "'abc' is not a number"]),
+    ("ms-poe", ["ratio_max=1.2"], ["ms-poe needs ratio_max > ratio_min", "ratio_max=1.2"]),
+    ("ms-poe", ["ratio_max=NaN"], ["ms-poe parameter ratio_max", "nan is not a finite number"]),
+    ("ms-poe", ["first_layer=-1"], ["ms-poe parameter first_layer", "-1 must be >= 0", "apply_layers"]),
+    ("ms-poe", ["first_layer=2.5"], ["ms-poe parameter first_layer", "2.5 is not a whole number"]),
+    ("ms-poe", ["head_order=normal"], ["ms-poe parameter head_order", "'normal' is not one of the choices"]),
+    ("ntk+ms-poe", ["head_order=outlyer"], ["ms-poe parameter head_order", "did you mean 'outlier'"]),
     # methods without parameters take none
     ("ntk", ["alpha=1"], ["unknown parameter 'alpha' for method 'ntk'", "its parameters are: none"]),
     ("logn", ["window=16"], ["unknown parameter 'window' for method 'logn'"]),
@@ -247,6 +256,7 @@ RUN_CASES = [
     ("longrope", ["factors=missing.json"], ["longrope parameter factors", "'missing.json' is not a file"]),
     ("llama3", ["high_freq_factor=0.5"], ["llama3 needs high_freq_factor > low_freq_factor"]),
     ("none,yarn", ["beta_fast=NaN"], ["yarn parameter beta_fast", "nan"]),
+    ("ms-poe", ["first_layer=-2"], ["ms-poe parameter first_layer", "-2 must be >= 0"]),
 ]
 
 
@@ -274,6 +284,8 @@ EXPORT_CASES = [
     ("dca", "vllm", ["chunk_size=512", "local_window=512"], ["dca local_window 512 must be < chunk_size 512", "local_window=N"]),
     ("dca", "json", ["local_window=1.5"], ["dca parameter local_window", "1.5 is not a whole number"]),
     ("proportional", "transformers", ["partial_rotary_factor=2"], ["proportional parameter partial_rotary_factor", "2 must be <= 1"]),
+    ("ms-poe", "json", ["ratio_max=1"], ["ms-poe needs ratio_max > ratio_min"]),
+    ("ms-poe", "vllm", [], ["vllm cannot express method 'ms-poe'", "per-head positions"]),
 ]
 
 

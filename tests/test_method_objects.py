@@ -126,8 +126,10 @@ def test_each_entry_is_complete():
     for name, m in METHODS.items():
         assert m.name == name
         assert (m.fn is None) == m.attention, name  # a frequency function, or attention-level
-        if m.attention:  # the log-n family, two branches, or a partition of its own (dca)
-            assert [m.query_scale, m.far, m.branches].count(None) == 2, name
+        if m.attention:  # the log-n family, two branches, a partition of its own (dca), or per-head ratios
+            assert [m.query_scale is not None, m.far is not None, m.branches is not None,
+                    m.head_ratios is not None].count(True) == 1, name
+            assert (m.head_ratios is None) == (m.order_heads is None), name
         if m.far is not None:  # the near branch's w, derived when auto
             assert "window" in m.params and m.derive is not None, name
         for engine in ("transformers", "vllm", "llamacpp"):

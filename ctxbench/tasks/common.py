@@ -185,7 +185,8 @@ def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> 
 def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
     """Greedy answers of every cell's trial prompts (``{cell: [prompt, ...]}``, prompts with
     ``.ids``), all cells of one (method, factor, length) decoded together with their shared
-    prefixes computed once (:func:`ctxbench.decoding.decode_shared`). Yields ``(cell, [(prompt,
+    prefixes computed once (:func:`ctxbench.decoding.decode_shared`; each prompt whole under a method
+    that is not causal, ``ms-poe``). Yields ``(cell, [(prompt,
     new_tokens, seconds), ...])`` in trial order as soon as all of a cell's trials are answered.
     Dynamic methods see the cell's length as theirs, or the longest prompt plus the new tokens where
     that is longer (a prompt of exactly the length decodes past it): one value per cell, whichever
@@ -203,7 +204,8 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
     done: dict = {}
     with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
         stop = None if finished is None else (lambda i, new: finished(flat[i], new))
-        for a in decode_shared(lm.model, [p.ids for p in flat], max_new_tokens, lm.tokenizer.eos_token_id, finished=stop):
+        for a in decode_shared(lm.model, [p.ids for p in flat], max_new_tokens, lm.tokenizer.eos_token_id, finished=stop,
+                               share=first.method.causal):  # fmt: skip
             cell, t = owner[a.index]
             done[(cell, t)] = (flat[a.index], a.tokens, a.seconds)
             pending[cell] -= 1

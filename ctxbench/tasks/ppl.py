@@ -11,7 +11,8 @@ tokens; shorter ones are skipped for that length and counted.
 Speed: for methods whose frequencies do not depend on the sequence length, a causal model's
 loss on token ``t`` is the same in every window that starts at 0 and contains ``t``, so in
 truncate mode one forward per document, at the longest length it is selected for, gives the
-loss at every shorter length too.
+loss at every shorter length too. A method that is not causal (``ms-poe``: its head order comes
+from the window's last token) runs one forward per length.
 
 Rows per cell: per document and aggregate (``doc = all``) ``nll`` and ``ppl``; the aggregate's
 95% interval ``ppl_lo``/``ppl_hi`` (bootstrap over documents, or over blocks of tokens for one
@@ -160,7 +161,7 @@ def cells(settings: Settings, ctx: Context) -> list[Cell]:
 
 
 def _shared(cell: Cell) -> bool:
-    return cell.stride == cell.length and not cell.method.dynamic
+    return cell.stride == cell.length and not cell.method.dynamic and cell.method.causal
 
 
 def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
@@ -178,7 +179,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     items = []
     for m in settings.methods:
         for f in factors_for(m, settings.factors):
-            if m.dynamic or settings.stride is not None:
+            if m.dynamic or not m.causal or settings.stride is not None:
                 forwards = tuple(n for n in lengths for _ in range(settings.docs))
                 if settings.stride is not None:  # a window per stride over documents of about the longest length
                     forwards = tuple(n for n in lengths for _ in range(settings.docs * max(1, math.ceil(max(lengths) / settings.stride))))

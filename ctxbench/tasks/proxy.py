@@ -237,7 +237,7 @@ def answer_nlls(lm, ctx, prompts_by_cell: dict, continuation, max_new_tokens: in
     first = next(iter(prompts_by_cell))
     flat = [prompts_by_cell[cell][t] for cell, t in owner]
     with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, decode_length(first, flat, max_new_tokens)):
-        for s in score_shared(lm.model, [p.ids for p in flat], [continuation(p) for p in flat]):
+        for s in score_shared(lm.model, [p.ids for p in flat], [continuation(p) for p in flat], share=first.method.causal):
             cell, t = owner[s.index]
             out[cell][t] = (float(s.nll.double().mean()), int(s.nll.numel()), s.seconds)
     return out
