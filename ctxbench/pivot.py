@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from .tasks.proxy import HIGHER_IS_BETTER as PROXY_HIGHER_IS_BETTER  # light: no torch
@@ -171,7 +171,8 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
             p = tables.setdefault((model, t, variant, setting, target, not primary, metric),
                                   Pivot(model, t, variant, target, head.metric, head.higher_is_better, [], fraction=head.fraction,
                                         setting=titles[(model, t, variant, setting)], key=setting, headline=primary))  # fmt: skip
-            p.rows.setdefault(label, {})[n] = cell
+            # a copy per table: a factor-free cell's change and paired verdict are against each table's baseline
+            p.rows.setdefault(label, {})[n] = replace(cell) if len(targets) > 1 else cell
             p.trained_len = p.trained_len or extra.get("trained_len")
     out = []
     for key in sorted(tables, key=lambda k: (k[0], k[1], k[2], k[3], _num(k[4], 0), k[5], k[6])):

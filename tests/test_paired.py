@@ -323,6 +323,16 @@ def test_compare_labels_factored_baseline_meets_factor_free_label_at_each_factor
     assert got == [("dynamic-yarn", "2"), ("dynamic-yarn", "4"), ("none", "2"), ("none", "4")]
 
 
+def test_a_factor_free_method_is_compared_with_the_baseline_at_each_tables_own_factor():
+    # none (factor-free) appears in the factor-2 and the factor-4 table: each shows its paired
+    # difference against that table's yarn, not the last factor's (4/6 worse at 2, 1/6 better at 4)
+    from ctxbench.report import pivots
+
+    tables = {p.factor: p for p in pivots(_file(), baseline="yarn") if p.headline}
+    assert tables["2"].rows["none"][2048].delta == pytest.approx(-4 / 6)
+    assert tables["4"].rows["none"][2048].delta == pytest.approx(1 / 6)
+
+
 def test_compare_labels_unknown_baseline_suggests_a_label():
     with pytest.raises(UserError, match="did you mean 'yarn'"):
         compare_labels(_file(), "yarm")
