@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -44,6 +46,47 @@ def tiny_llama(rope_parameters: dict | None = None, seed: int = 0, **overrides) 
     config = LlamaConfig(**cfg)
     config._attn_implementation = "sdpa"
     return LlamaForCausalLM(config).eval()
+
+
+def reference_llama(vocab_size: int) -> LlamaForCausalLM:
+    """The tiny Llama the authors'-code tests run (2 layers, 4 query heads sharing 2 key/value heads,
+    head dim 16, L = 64), weights large enough that positions change the logits by O(1)."""
+    return tiny_llama(vocab_size=vocab_size, initializer_range=0.1, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+
+def logits_of(model, ids) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def patched_logits_of(model, spec: str, ids, params, factor: float) -> torch.Tensor:
+    """Logits of ``model`` under method ``spec`` with ``params``, applied for the length of ``ids``."""
+    from ctxbench.geometry import RopeGeometry
+    from ctxbench.methods import resolve
+    from ctxbench.patching import applied
+
+    with applied(model, RopeGeometry.from_config(model.config), resolve(spec, params), factor, ids.shape[1]):
+        return logits_of(model, ids)
+
+
+def max_diff(a, b) -> float:
+    return (a - b).abs().max().item()
+
+
+@contextmanager
+def unrotated(model, attn_implementation: str):
+    """``model`` with its rotary table zeroed, so queries and keys reach ``attn_implementation`` (a
+    reference registered with transformers' AttentionInterface) unrotated; yields the table's
+    inverse frequencies for the reference to rotate with, and restores both on exit."""
+    rotary = model.model.rotary_emb
+    inv_freq = rotary.inv_freq
+    rotary.inv_freq = torch.zeros_like(inv_freq)
+    model.set_attn_implementation(attn_implementation)
+    try:
+        yield inv_freq.clone()
+    finally:
+        rotary.inv_freq = inv_freq
+        model.set_attn_implementation("sdpa")
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama as conftest_tiny_llama
+from conftest import logits_of, max_diff, patched_logits_of, reference_llama, unrotated
 from reference import string_hkunlp
 from transformers import AttentionInterface, LlamaForCausalLM
 
@@ -63,37 +63,23 @@ AttentionInterface.register("string-reference", _reference_attention)
 
 
 def tiny_llama() -> LlamaForCausalLM:
-    """2 layers, 4 query heads sharing 2 key/value heads, head dim 16 (conftest's tiny model);
-    weights large enough that positions change the logits by O(1)."""
-    return conftest_tiny_llama(vocab_size=VOCAB, initializer_range=0.1, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return reference_llama(VOCAB)
 
 
-def logits(model, ids) -> torch.Tensor:
-    with torch.no_grad():
-        return model(ids).logits
+logits = logits_of
 
 
 def reference_logits(model, ids, S, W, path="decode", attention_factor=1.0) -> torch.Tensor:
-    rotary = model.model.rotary_emb
-    inv_freq = rotary.inv_freq
-    REFERENCE.update(path=path, inv_freq=inv_freq.clone(), S=S, W=W, attention_factor=attention_factor)
-    rotary.inv_freq = torch.zeros_like(inv_freq)  # q and k reach the attention function unrotated
-    model.set_attn_implementation("string-reference")
-    try:
-        return logits(model, ids)
-    finally:
-        rotary.inv_freq = inv_freq
-        model.set_attn_implementation("sdpa")
-        REFERENCE.clear()
+    with unrotated(model, "string-reference") as inv_freq:
+        REFERENCE.update(path=path, inv_freq=inv_freq, S=S, W=W, attention_factor=attention_factor)
+        try:
+            return logits(model, ids)
+        finally:
+            REFERENCE.clear()
 
 
 def patched_logits(model, spec, ids, params, factor=4.0) -> torch.Tensor:
-    with applied(model, RopeGeometry.from_config(model.config), resolve(spec, params), factor, ids.shape[1]):
-        return logits(model, ids)
-
-
-def max_diff(a, b) -> float:
-    return (a - b).abs().max().item()
+    return patched_logits_of(model, spec, ids, params, factor)
 
 
 @pytest.fixture
