@@ -166,19 +166,29 @@ def main() -> None:
     corr.to_csv(f"{a.out}-correlations.csv", index=False, float_format="%.6g")
     if a.plot:
         plot(table, corr, a.plot)
-    cols = ["config", "niah_16k", "niah_lo", "niah_hi", "effective_length", "ppl", "longppl", "kl", "niah_min", "ppl_min",
-            "longppl_min", "kl_min"]  # fmt: skip
-    print(markdown(table[[c for c in cols if c in table]]))
-    print()
-    print(markdown(corr))
+    print(readme_tables(table, corr))
 
 
-def markdown(frame: pd.DataFrame) -> str:
-    def cell(v) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
+def _len(n) -> str:
+    return "—" if n is None or (isinstance(n, float) and math.isnan(n)) else f"{int(n) // 1024}k"
 
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + " --- |" * len(frame.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+
+def readme_tables(table: pd.DataFrame, corr: pd.DataFrame) -> str:
+    """The two tables as the README shows them (the correlations as ``+0.80 [-0.02, +0.98]``)."""
+    lines = ["| configuration | niah single_1 at 16k | effective length | ppl at 16k | LongPPL | KL inside 8k (nats) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for r in table.itertuples(index=False):
+        niah = f"{r.niah_16k:.0%} [{r.niah_lo * 100:.0f}-{r.niah_hi:.0%}]"
+        lines.append(f"| {r.config} | {niah} | {_len(r.effective_length)} | {r.ppl:.3f} | {r.longppl:.2f} | {r.kl:.4f} |")
+    lines += ["", "| proxy | against niah at 16k | against effective length | minutes per configuration |",
+              "| --- | --- | --- | ---: |"]  # fmt: skip
+    for proxy in PROXIES:
+        cells = []
+        for target in TARGETS:
+            c = corr[(corr["proxy"] == proxy) & (corr["target"] == target)].iloc[0]
+            cells.append(f"{c['rho']:+.2f} [{c['rho_lo']:+.2f}, {c['rho_hi']:+.2f}] ({c['configs']} configurations)")
+        minutes = corr[corr["proxy"] == proxy]["minutes_per_config"].iloc[0]
+        lines.append(f"| {proxy} | {cells[0]} | {cells[1]} | {minutes:.1f} |")
     return "\n".join(lines)
 
 
