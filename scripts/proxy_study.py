@@ -122,6 +122,7 @@ def plot(table: pd.DataFrame, corr: pd.DataFrame, path: str) -> None:
     from ctxbench.plots import pyplot
 
     plt = pyplot()
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
     fig, axes = plt.subplots(2, len(PROXIES), figsize=(5 * len(PROXIES), 8.5), squeeze=False)
     for j, proxy in enumerate(PROXIES):
         for i, target in enumerate(TARGETS):
@@ -136,10 +137,20 @@ def plot(table: pd.DataFrame, corr: pd.DataFrame, path: str) -> None:
             else:
                 ax.plot(t[proxy], y, "o", ms=5)
                 ax.set_yscale("log", base=2)
+                ax.set_yticks([2048, 4096, 8192, 16384], ["2k", "4k", "8k", "16k"])
+                ax.set_ylim(1800, 20000)
                 ax.set_ylabel("effective length (tokens)")
+            seen: dict = {}  # labels at the same height are stacked, not printed over each other
             for x, yy, name in zip(t[proxy], y, t["config"], strict=True):
-                ax.annotate(name, (x, yy), fontsize=7, xytext=(4, 3), textcoords="offset points")
-            ax.set_xscale("log")
+                k = seen[yy] = seen.get(yy, -1) + 1
+                ax.annotate(name, (x, yy), fontsize=7, xytext=(4, 3 - 9 * k), textcoords="offset points")
+            if proxy == "kl":  # plain RoPE's KL is 0 by construction: a linear axis keeps it
+                ax.set_xlim(left=-0.002)
+            else:
+                ax.set_xscale("log")
+                ax.set_xticks([3, 5, 10, 20, 40])
+                ax.xaxis.set_major_formatter(ScalarFormatter())
+                ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_xlabel({"ppl": "perplexity at 16k", "longppl": "LongPPL at 16k", "kl": "KL to unscaled, inside 8k (nats)"}[proxy])
             c = corr[(corr["proxy"] == proxy) & (corr["target"] == target)].iloc[0]
             ax.set_title(f"{proxy}: rho = {c['rho']:.2f} [{c['rho_lo']:.2f}, {c['rho_hi']:.2f}], n = {c['configs']}", fontsize=10)

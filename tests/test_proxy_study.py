@@ -51,3 +51,25 @@ def test_a_proxy_ranking_as_the_target_does_has_rho_plus_one(study):
     assert corr.loc[("ppl", "niah_16k"), "rho"] == pytest.approx(1.0)
     assert corr.loc[("longppl", "niah_16k"), "rho"] == pytest.approx(-1.0)
     assert pd.isna(corr.loc[("kl", "niah_16k"), "rho"])  # a constant proxy ranks nothing
+
+
+STUDY = ROOT / "results" / "proxy-study-smollm2"
+NIAH = ["niah-smollm2-x2-ruler.csv", "niah-smollm2-string-16k.csv", "niah-smollm2-validation.csv"]
+
+
+def _committed_study(study):
+    table = study.niah_table([str(ROOT / "results" / f) for f in NIAH], 16384, 10)
+    return table.merge(study.proxy_table([str(ROOT / "results" / "proxies-smollm2-16k.csv")], 16384), on="config", how="left")
+
+
+def test_the_committed_correlations_follow_from_the_committed_runs(study):
+    committed = pd.read_csv(f"{STUDY}-correlations.csv")
+    again = study.correlations(_committed_study(study))
+    assert again["configs"].tolist() == committed["configs"].tolist()
+    assert again["rho"].to_numpy() == pytest.approx(committed["rho"].to_numpy(), abs=1e-5, nan_ok=True)
+
+
+def test_the_readme_states_each_committed_correlation_with_its_interval(study):
+    readme = (ROOT / "README.md").read_text()
+    for r in pd.read_csv(f"{STUDY}-correlations.csv").itertuples():
+        assert f"{r.rho:+.2f} [{r.rho_lo:+.2f}, {r.rho_hi:+.2f}]" in readme, (r.proxy, r.target)
