@@ -23,7 +23,7 @@ import pytest
 import torch
 from conftest import logits_of, max_diff, patched_logits_of, reference_llama, unrotated
 from reference import chunkllama_hkunlp
-from transformers import AttentionInterface, LlamaForCausalLM
+from transformers import AttentionInterface
 
 from ctxbench import attention
 from ctxbench.errors import UserError
@@ -53,18 +53,11 @@ def _reference_attention(module, query, key, value, attention_mask, scaling=None
 AttentionInterface.register("chunkllama-reference", _reference_attention)
 
 
-def tiny_llama() -> LlamaForCausalLM:
-    return reference_llama(VOCAB)
-
-
-logits = logits_of
-
-
 def reference_logits(model, ids, chunk_size, local_window, path="decode", mscale=1.0) -> torch.Tensor:
     with unrotated(model, "chunkllama-reference") as inv_freq:
         REFERENCE.update(path=path, inv_freq=inv_freq, chunk_size=chunk_size, local_window=local_window, mscale=mscale)
         try:
-            return logits(model, ids)
+            return logits_of(model, ids)
         finally:
             REFERENCE.clear()
 
@@ -87,11 +80,11 @@ CASES = [(48, 8), (24, 6), (30, 16), (20, 0)]
 @pytest.mark.parametrize("chunk_size,local_window", CASES)
 @pytest.mark.parametrize("path", ["decode", "prefill"])
 def test_dca_logits_equal_the_authors_code(chunk_size, local_window, path, ids):
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     want = reference_logits(model, ids, chunk_size, local_window, path)
     got = patched_logits(model, "dca", ids, {"chunk_size": chunk_size, "local_window": local_window})
     assert max_diff(got, want) <= 1e-5, f"max abs diff {max_diff(got, want):.3g}"
-    assert max_diff(want, logits(model, ids)) > 1e-2  # chunked positions change the logits here
+    assert max_diff(want, logits_of(model, ids)) > 1e-2  # chunked positions change the logits here
 
 
 @pytest.mark.parametrize("chunk_size,local_window", CASES)
@@ -112,7 +105,7 @@ def test_the_cases_exercise_all_three_parts(chunk_size, local_window):
 
 
 def test_default_parameters_give_the_authors_numbers_on_this_model(ids):
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     params = effective_params(resolve("dca"), RopeGeometry.from_config(model.config), 4.0)
     assert params == {"chunk_size": 48, "local_window": 8}
     assert max_diff(patched_logits(model, "dca", ids, None), reference_logits(model, ids, 48, 8)) <= 1e-5
@@ -121,7 +114,7 @@ def test_default_parameters_give_the_authors_numbers_on_this_model(ids):
 def test_yarn_at_factor_one_with_the_authors_mscale_is_dca_as_they_run_it(ids):
     """Their rotary module multiplies cos and sin by ``0.05 ln(n/L) + 1`` once ``n > L`` (a fresh model's
     forward of ``n`` tokens); yarn at factor 1 keeps the frequencies and takes it as ``attention_factor``."""
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     scale = chunkllama_hkunlp.mscale(N, TRAINED)
     assert scale == pytest.approx(0.05 * torch.log(torch.tensor(5.0)).item() + 1)
     want = reference_logits(model, ids, 48, 8, mscale=scale)
@@ -134,7 +127,7 @@ def test_yarn_at_factor_one_with_the_authors_mscale_is_dca_as_they_run_it(ids):
 def test_fused_blocked_cached_and_decoded_paths_agree(chunk_size, local_window, ids, monkeypatch):
     """The fused block partition (blocks of 12 queries, cut at chunk starts), the blocked path (blocks of
     20 queries), a 100-token cache then 220 queries, and greedy decoding token by token."""
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     setting = resolve("dca", {"chunk_size": chunk_size, "local_window": local_window})
     want = reference_logits(model, ids, chunk_size, local_window)
     monkeypatch.setattr(attention, "NEAR_BLOCK", 12)
@@ -160,8 +153,8 @@ def test_fused_blocked_cached_and_decoded_paths_agree(chunk_size, local_window, 
 
 
 def test_chunks_covering_the_sequence_are_plain_rope(ids):
-    model = tiny_llama()
-    assert max_diff(patched_logits(model, "dca", ids, {"chunk_size": N + 8, "local_window": 8}), logits(model, ids)) <= 1e-5
+    model = reference_llama(VOCAB)
+    assert max_diff(patched_logits(model, "dca", ids, {"chunk_size": N + 8, "local_window": 8}), logits_of(model, ids)) <= 1e-5
 
 
 # --- defaults and bad values ------------------------------------------------------------------------
@@ -242,7 +235,7 @@ def test_engines_without_dca_refuse_it_in_one_line(kwargs, words):
 
 
 def test_vllm_refuses_a_model_type_whose_vllm_code_ignores_the_config(tmp_path):
-    tiny_llama().save_pretrained(tmp_path / "llama")
+    reference_llama(VOCAB).save_pretrained(tmp_path / "llama")
     with pytest.raises(UserError, match="vllm cannot express dca on model type 'llama'") as info:
         export("dca", 1, "vllm", model=str(tmp_path / "llama"))
     assert "qwen2, qwen2_moe, qwen3, qwen3_moe" in info.value.fix

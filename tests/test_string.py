@@ -24,7 +24,7 @@ import pytest
 import torch
 from conftest import logits_of, max_diff, patched_logits_of, reference_llama, unrotated
 from reference import string_hkunlp
-from transformers import AttentionInterface, LlamaForCausalLM
+from transformers import AttentionInterface
 
 from ctxbench.errors import UserError
 from ctxbench.geometry import RopeGeometry
@@ -62,18 +62,11 @@ def _reference_attention(module, query, key, value, attention_mask, scaling=None
 AttentionInterface.register("string-reference", _reference_attention)
 
 
-def tiny_llama() -> LlamaForCausalLM:
-    return reference_llama(VOCAB)
-
-
-logits = logits_of
-
-
 def reference_logits(model, ids, S, W, path="decode", attention_factor=1.0) -> torch.Tensor:
     with unrotated(model, "string-reference") as inv_freq:
         REFERENCE.update(path=path, inv_freq=inv_freq, S=S, W=W, attention_factor=attention_factor)
         try:
-            return logits(model, ids)
+            return logits_of(model, ids)
         finally:
             REFERENCE.clear()
 
@@ -94,15 +87,15 @@ CASES = [(21, 10), (40, 16), (24, 0)]
 
 @pytest.mark.parametrize("S,W", CASES)
 def test_string_logits_equal_the_authors_decoding_path(S, W, ids):
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     want = reference_logits(model, ids, S, W)
     got = patched_logits(model, "string", ids, {"window": S, "local_value": W})
     assert max_diff(got, want) <= 1e-5, f"max abs diff {max_diff(got, want):.3g}"
-    assert max_diff(want, logits(model, ids)) > 1e-2  # the shifted far branch matters here
+    assert max_diff(want, logits_of(model, ids)) > 1e-2  # the shifted far branch matters here
 
 
 def test_string_default_parameters_give_the_authors_numbers_on_this_model(ids):
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     params = effective_params(resolve("string"), RopeGeometry.from_config(model.config), 4.0)
     assert params == {"window": 21, "local_value": 10}
     assert max_diff(patched_logits(model, "string", ids, None), reference_logits(model, ids, 21, 10)) <= 1e-5
@@ -111,7 +104,7 @@ def test_string_default_parameters_give_the_authors_numbers_on_this_model(ids):
 def test_yarn_at_factor_one_with_the_authors_attention_factor_is_string_as_they_run_it(ids):
     """The authors multiply cos and sin by ``0.1 ln 2 + 1`` at every length; yarn at factor 1 leaves the
     frequencies as they are and takes that number as its ``attention_factor``."""
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     want = reference_logits(model, ids, 21, 10, attention_factor=string_hkunlp.ATTENTION_FACTOR)
     params = {"window": 21, "local_value": 10, "attention_factor": string_hkunlp.ATTENTION_FACTOR}
     got = patched_logits(model, "yarn+string", ids, params, factor=1.0)
@@ -123,7 +116,7 @@ def test_yarn_at_factor_one_with_the_authors_attention_factor_is_string_as_they_
 def test_the_authors_prefill_differs_from_string_only_from_row_S_on(S, W, ids):
     """Their prefill scores the key at ``i - j = S`` twice (at ``S`` and at ``W``): rows before ``S``,
     which have no far key, agree with ctxbench; from row ``S`` on they do not."""
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     want = reference_logits(model, ids, S, W, path="prefill")
     got = patched_logits(model, "string", ids, {"window": S, "local_value": W})
     assert max_diff(got[:, :S], want[:, :S]) <= 1e-5
@@ -142,21 +135,21 @@ def test_without_the_double_counted_key_the_authors_prefill_is_string(ids, monke
         return flash(q, k, v, causal, (left, window_size[1]))
 
     monkeypatch.setattr(string_hkunlp, "flash_attn", window_below_s)
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     want = reference_logits(model, ids, 21, 10, path="prefill")
     got = patched_logits(model, "string", ids, {"window": 21, "local_value": 10})
     assert max_diff(got, want) <= 1e-5, f"max abs diff {max_diff(got, want):.3g}"
 
 
 def test_string_is_plain_rope_when_S_covers_the_sequence_or_W_equals_S(ids):
-    model = tiny_llama()
-    plain = logits(model, ids)
+    model = reference_llama(VOCAB)
+    plain = logits_of(model, ids)
     assert max_diff(patched_logits(model, "string", ids, {"window": N, "local_value": 128}), plain) <= 1e-5
     assert max_diff(patched_logits(model, "string", ids, {"window": 30, "local_value": 30}), plain) <= 1e-5
 
 
 def test_string_generation_with_a_kv_cache_matches_full_forwards(ids):
-    model = tiny_llama()
+    model = reference_llama(VOCAB)
     prompt, new = ids[:, : N - 6], 6
     setting = resolve("string", {"window": 21, "local_value": 10})
     with applied(model, RopeGeometry.from_config(model.config), setting, 4.0, N), torch.no_grad():
