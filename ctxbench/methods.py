@@ -599,6 +599,8 @@ def dca_branches(*, xp, chunk_size: int, local_window: int) -> tuple[Branch, Bra
         Branch(partial(_dca_inter_keys, xp=xp, chunk=chunk),
                partial(_dca_inter_positions, xp=xp, chunk=chunk, chunk_size=chunk_size)),
     )  # fmt: skip
+
+
 # Ms-PoE (Zhang et al., "Found in the Middle: How Language Models Use Long Contexts Better via
 # Plug-and-Play Positional Encoding", NeurIPS 2024, arXiv 2403.04797), from the authors' code:
 # VITA-Group/Ms-PoE at commit a46c3d18a6c7d9fb941b72c17dccffe7863adddc, ``utils/modify_arch/llama.py``
@@ -1625,15 +1627,6 @@ def query_scale(setting: MethodSetting, geom: RopeGeometry, positions: Array, xp
     if scaler is None:
         return xp.ones_like(xp.astype(positions, xp.float32))
     return scaler.query_scale(positions, geom.trained_len, xp=xp, **setting.scaler_params())
-
-
-def far_positions(setting: MethodSetting, params: dict, q_pos: Array, k_pos: Array, inv_freq: Array, xp=None):
-    """``(query positions, key positions, inverse frequencies)`` the far branch of a two-branch method
-    rotates queries and keys by (its entry's :attr:`Method.far`), with ``params`` from
-    :func:`effective_params`; ``q_pos`` and ``k_pos`` are 0-based integer positions."""
-    xp = xp or torch_namespace()
-    part = setting.attention
-    return part.far(q_pos, k_pos, inv_freq, xp=xp, **{k: params[k] for k in part.params})
 
 
 def attention_branches(setting: MethodSetting, params: dict, xp=None) -> tuple[Branch, ...]:

@@ -172,7 +172,8 @@ def test_far_positions_are_the_readme_formulas(spec, params):
     n, w = 64, params["window"]
     setting = resolve(spec, params)
     inv = np.array([1.0, 0.5, 0.01], dtype=np.float32)
-    q, k, far_inv = methods.far_positions(setting, setting.param_dict, np.arange(n), np.arange(n), inv, xp=xp)
+    _, far_branch = methods.attention_branches(setting, setting.param_dict, xp=xp)  # near, far
+    q, k, far_inv = far_branch.positions(np.arange(n), np.arange(n), inv)
     i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
     far = i - j >= w
     seen = (np.asarray(q, dtype=np.float64)[:, None] - np.asarray(k, dtype=np.float64)[None, :]) * (
