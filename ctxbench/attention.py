@@ -42,8 +42,9 @@ and :func:`ctxbench.patching.applied` hands its answers over in the :class:`Atte
   position-free attention at the input's last query (one row, memory linear in length), computed
   when a forward starts an input (no KV cache) and kept in the layer's plan (:attr:`AttentionPlan.memo`)
   for the forwards that continue its cache, as the authors' module keeps it for decoding. The plan
-  carries the ratios and the ordering as :attr:`AttentionPlan.head_ratios` / ``order_heads``; layers
-  the method leaves (its ``first_layer``) get a plan of plain RoPE.
+  carries the ratios and the ordering as :attr:`AttentionPlan.head_ratios` / ``order_heads``, and
+  the ratios its keys take as ``key_ratios`` (one per key head, or one per query head on its own
+  copy of the group's keys); layers the method leaves (its ``first_layer``) get a plan of plain RoPE.
 
 On a per-layer-type model (Gemma 3) the method runs on the full-attention layers only;
 :func:`ctxbench.patching.applied` gives each sliding-window layer ``plan=None`` and its window
@@ -96,6 +97,9 @@ class AttentionPlan:
     # positions for every head
     head_ratios: Callable[[int], torch.Tensor] | None = None
     order_heads: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # the (b, h) query-head ratios and the number of key heads -> the ratios keys take: (b, kv_heads),
+    # or (b, h) where each query head reads its own copy of its group's key head (``methods.key_ratios``)
+    key_ratios: Callable[[torch.Tensor, int], torch.Tensor] | None = None
     # what one layer keeps between the forwards of one input: the head order its prefill computed
     # (``"order"``), reused by the forwards that continue its KV cache (one plan per layer)
     memo: dict = field(default_factory=dict, compare=False)
@@ -200,8 +204,9 @@ def _rotate_heads(x, positions, ratios, plan) -> torch.Tensor:
 
 def _head_scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
     """A per-head method (``ms-poe``): head ``h`` reads every position divided by the ratio of index
-    ``order[h]``; a key head takes the ratio of the first query head of its group, as the authors'
-    ``cos[::num_key_value_groups]``. A forward that starts an input (no KV cache) computes the order
+    ``order[h]``; keys take the ratios ``plan.key_ratios`` gives, one per key head or one per query
+    head (then each query head reads its own rotated copy of its group's keys: memory ``h / kv``
+    times the keys', still linear in length). A forward that starts an input (no KV cache) computes the order
     from its last query (``plan.order_heads``) and keeps it in the layer's ``plan.memo``; a forward
     that continues a cache reuses the order of the prefill that built it, as the authors' module,
     which computes its head order on its first call and keeps it for the decoding steps."""
@@ -216,8 +221,11 @@ def _head_scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
         )
     ratios = plan.head_ratios(h).to(q.device)[order].expand(b, h)  # (b, h)
     qr = _rotate_heads(q, q_pos, ratios, plan)
-    kr = _rotate_heads(k, k_pos, ratios[:, :: h // k.shape[1]], plan)
-    return _causal(qr, kr, v, scaling, q_pos, k_pos)
+    k_ratios = ratios if plan.key_ratios is None else plan.key_ratios(ratios, k.shape[1])  # (b, kv) or (b, h)
+    if k_ratios.shape[1] != k.shape[1]:  # each query head its own copy of its group's key head
+        group = k_ratios.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, h, n_k, d)
+    return _causal(qr, _rotate_heads(k, k_pos, k_ratios, plan), v, scaling, q_pos, k_pos)
 
 
 def _branched_attention(plan, q, k, v, scaling, q_pos, k_pos):

@@ -639,6 +639,19 @@ def mspoe_order(probs: Array, *, xp, head_order: str, **_) -> Array:
     return xp.argsort(outlier, axis=-1, stable=True)
 
 
+def mspoe_key_ratios(ratios: Array, kv_heads: int, *, xp, keys: str, **_) -> Array:
+    """The ratios keys are rotated with, from the (b, h) ratios of the query heads. ``per-head``:
+    each query head reads its own copy of its group's key head rotated at its own ratio, (b, h), so
+    its scores depend on ``(i - j) / r`` as the paper's formula has it, whatever the grouping.
+    ``group-first`` (the authors' code, ``cos[::num_key_value_groups]``): a key head takes the ratio
+    of its group's first query head, (b, kv_heads); on a grouped-query model the group's other heads
+    then score queries at one ratio against keys at another, and their scores stop depending on
+    ``i - j`` alone. With one key head per query head the two are the same."""
+    if keys == "group-first":
+        return ratios[:, :: ratios.shape[1] // kv_heads]
+    return ratios
+
+
 def mspoe_layers(num_layers: int, *, first_layer: int, **_) -> range:
     """The layers Ms-PoE runs on, ``first_layer .. num_layers - 1`` (the authors' ``apply_layers``);
     the earlier ones keep plain RoPE."""
@@ -1164,6 +1177,10 @@ class Method:
     # takes, from ``probs`` (b, h, n), each head's position-free attention of the input's last query
     head_ratios: Callable[..., Array] | None = None
     order_heads: Callable[..., Array] | None = None
+    # fn(ratios, kv_heads, *, xp, **params) -> the ratios keys are rotated with, from the query heads'
+    # (b, h): (b, kv_heads), one per key head, or (b, h), each query head its own copy of its group's
+    # key head; None: the query heads' own
+    key_ratios: Callable[..., Array] | None = None
     # fn(num_layers, **params) -> the layer indices it runs on (others keep plain RoPE); None: every layer
     layers: Callable[..., range] | None = None
     # a token's output depends on the tokens up to it only; False (``ms-poe``, whose head order comes
@@ -1343,8 +1360,13 @@ METHODS: dict[str, Method] = {
             Param("head_order", "outlier", "choice", "which head takes which ratio: outlier (by the share of keys above "
                   "3x the mean weight at the input's last query) or reversed (head h takes index H-1-h; the authors' "
                   "head_type normal)", choices=("outlier", "reversed")),
+            Param("keys", "per-head", "choice", "on a grouped-query model, the ratio keys take: per-head (each query "
+                  "head reads its group's keys at its own ratio, so scores depend on distance/r) or group-first "
+                  "(a key head takes its group's first query head's ratio, as the authors' code)",
+                  choices=("per-head", "group-first")),
         ),
-        uses_factor=False, attention=True, head_ratios=mspoe_ratios, order_heads=mspoe_order, layers=mspoe_layers,
+        uses_factor=False, attention=True, head_ratios=mspoe_ratios, order_heads=mspoe_order, key_ratios=mspoe_key_ratios,
+        layers=mspoe_layers,
         causal=False, exports=Exports.refused(
             ATTENTION_REFUSAL + ": Ms-PoE divides each head's positions by its own ratio, chosen per input from "
             "the attention statistics of the prompt's last token, and no engine's rotary embedding has per-head positions"),
@@ -1638,7 +1660,7 @@ def attention_branches(setting: MethodSetting, params: dict, xp=None) -> tuple[B
     part = setting.attention
     if part is None:
         return ()
-    own = {k: params[k] for k in part.params}
+    own = _own_params(part, params)
     if part.far is not None:
         window = int(params["window"])
         return (
@@ -1650,12 +1672,17 @@ def attention_branches(setting: MethodSetting, params: dict, xp=None) -> tuple[B
     return ()
 
 
+def _own_params(part: Method, params: dict) -> dict:
+    """The entries of ``params`` (from :func:`effective_params`) that the method ``part`` declares."""
+    return {k: params[k] for k in part.params}
+
+
 def head_ratios(setting: MethodSetting, params: dict, num_heads: int, xp=None) -> Array:
     """The (h,) float32 ratios a per-head method (:attr:`Method.head_ratios`) divides positions by,
     with ``params`` from :func:`effective_params`."""
     xp = xp or torch_namespace()
     part = setting.attention
-    return part.head_ratios(num_heads, xp=xp, **{k: params[k] for k in part.params})
+    return part.head_ratios(num_heads, xp=xp, **_own_params(part, params))
 
 
 def order_heads(setting: MethodSetting, params: dict, probs: Array, xp=None) -> Array:
@@ -1663,7 +1690,19 @@ def order_heads(setting: MethodSetting, params: dict, probs: Array, xp=None) -> 
     (b, h, n): each head's position-free attention of the input's last query over its keys."""
     xp = xp or torch_namespace()
     part = setting.attention
-    return part.order_heads(probs, xp=xp, **{k: params[k] for k in part.params})
+    return part.order_heads(probs, xp=xp, **_own_params(part, params))
+
+
+def key_ratios(setting: MethodSetting, params: dict, ratios: Array, kv_heads: int, xp=None) -> Array:
+    """The ratios a per-head method rotates keys with, from the (b, h) ratios of the query heads
+    (:attr:`Method.key_ratios`): (b, kv_heads) when each key head takes one ratio, (b, h) when each
+    query head reads its own copy of its group's key head; the query heads' own when the entry says
+    nothing."""
+    xp = xp or torch_namespace()
+    part = setting.attention
+    if part.key_ratios is None:
+        return ratios
+    return part.key_ratios(ratios, kv_heads, xp=xp, **_own_params(part, params))
 
 
 def method_layers(setting: MethodSetting, params: dict, num_layers: int) -> range | None:
@@ -1672,7 +1711,7 @@ def method_layers(setting: MethodSetting, params: dict, num_layers: int) -> rang
     part = setting.attention
     if part is None or part.layers is None:
         return None
-    return part.layers(num_layers, **{k: params[k] for k in part.params})
+    return part.layers(num_layers, **_own_params(part, params))
 
 
 def exportable(engine: str) -> tuple[str, ...]:

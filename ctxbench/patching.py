@@ -44,6 +44,7 @@ from .methods import (
     effective_params,
     frequencies,
     head_ratios,
+    key_ratios,
     method_layers,
     order_heads,
     query_scale,
@@ -158,6 +159,7 @@ def applied(
                 query_scale=partial(query_scale, setting, geom) if setting.scales_queries else None,
                 head_ratios=partial(head_ratios, setting, params) if setting.head_scaled else None,
                 order_heads=partial(order_heads, setting, params) if setting.head_scaled else None,
+                key_ratios=partial(key_ratios, setting, params) if setting.head_scaled else None,
             )
             modules = attention_modules(model)
             layers = method_layers(setting, params, 1 + max((m.layer_idx for m in modules), default=-1))
@@ -195,7 +197,7 @@ def _layer_plan(plan: AttentionPlan, module: nn.Module, layers: range | None) ->
         return plan
     if module.layer_idx in layers:
         return replace(plan, memo={})
-    return replace(plan, branches=(), query_scale=None, head_ratios=None, order_heads=None, memo={})
+    return replace(plan, branches=(), query_scale=None, head_ratios=None, order_heads=None, key_ratios=None, memo={})
 
 
 def _runs_method(module: nn.Module, geom: RopeGeometry, setting: MethodSetting) -> bool:

@@ -216,7 +216,7 @@ PARAM_CASES = [
     ("dca", ["chunk_size=abc"], ["dca parameter chunk_size", "'abc' is not a length"]),
     ("dca", ["local_window=-1"], ["dca parameter local_window", "-1 must be >= 0", "local_size"]),
     ("ntk+dca", ["local_window="], ["dca parameter local_window", "'' is empty"]),
-    # ms-poe: ratios >= 1 with ratio_max > ratio_min, first_layer a whole number >= 0, head_order a choice
+    # ms-poe: ratios >= 1 with ratio_max > ratio_min, first_layer a whole number >= 0, head_order and keys choices
     ("ms-poe", ["ratio_min=0.5"], ["ms-poe parameter ratio_min", "0.5 must be >= 1", "compress_ratio_min"]),
     ("ms-poe", ["ratio_min=abc"], ["ms-poe parameter ratio_min", "'abc' is not a number"]),
     ("ms-poe", ["ratio_max=1.2"], ["ms-poe needs ratio_max > ratio_min", "ratio_max=1.2"]),
@@ -225,6 +225,7 @@ PARAM_CASES = [
     ("ms-poe", ["first_layer=2.5"], ["ms-poe parameter first_layer", "2.5 is not a whole number"]),
     ("ms-poe", ["head_order=normal"], ["ms-poe parameter head_order", "'normal' is not one of the choices"]),
     ("ntk+ms-poe", ["head_order=outlyer"], ["ms-poe parameter head_order", "did you mean 'outlier'"]),
+    ("ms-poe", ["keys=group_first"], ["ms-poe parameter keys", "did you mean 'group-first'"]),
     # methods without parameters take none
     ("ntk", ["alpha=1"], ["unknown parameter 'alpha' for method 'ntk'", "its parameters are: none"]),
     ("logn", ["window=16"], ["unknown parameter 'window' for method 'logn'"]),

@@ -1,10 +1,15 @@
 """Ms-PoE (Zhang et al., NeurIPS 2024, arXiv 2403.04797) against the authors' code, VITA-Group/Ms-PoE at
 commit a46c3d1 (``tests/reference/mspoe_vita.py``, a transcription of ``utils/modify_arch/llama.py``).
 
-* ctxbench's ``ms-poe`` gives the logits of the authors' ``MsPoELlamaForCausalLM`` on a tiny random
-  Llama to float32 tolerance (1e-5), within the trained length and at four times it, with grouped
-  and with one key head per query head, for their defaults (ratios 1.2..1.8, every layer but the
-  first two), their rotary class's defaults (1..3), every layer, and their ``head_type normal``.
+* ctxbench's ``ms-poe`` with ``keys=group-first`` gives the logits of the authors'
+  ``MsPoELlamaForCausalLM`` on a tiny random Llama to float32 tolerance (1e-5), within the trained
+  length and at four times it, with grouped and with one key head per query head, for their
+  defaults (ratios 1.2..1.8, every layer but the first two), their rotary class's defaults (1..3),
+  every layer, and their ``head_type normal``.
+* With ``keys=per-head`` (the default) a grouped-query model gives what the authors' code gives on
+  the same model with each key head copied to every query head of its group (one key head per query
+  head, where their code and the paper's formula agree), in a forward and in decoding; with one key
+  head per query head the two choices are the same.
 * Decoding with a KV cache is theirs: the head order of each layer comes from the prefill (the
   prompt's last query) and is kept for every later step, so a decoding step equals a full forward
   in which the order is pinned to the prefill's, not one that computes the order anew.
@@ -77,6 +82,24 @@ def sequence(n: int = N, seed: int = 2) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, n), generator=torch.Generator().manual_seed(seed))
 
 
+def key_heads_copied(model):
+    """The same model with one key head per query head: each key and value head's projection copied
+    to every query head of its group, so every query head reads the keys it read before."""
+    cfg = model.config
+    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    wide = tiny_llama(heads)
+    state = {}
+    for name, w in model.state_dict().items():
+        if name.endswith(("k_proj.weight", "v_proj.weight")):  # (kv * head_dim, hidden) -> (heads * head_dim, hidden)
+            w = w.view(kv, -1, w.shape[-1]).repeat_interleave(heads // kv, dim=0).reshape(-1, w.shape[-1])
+        state[name] = w
+    wide.load_state_dict(state)
+    return wide
+
+
+# the authors' code rotates a key head with its group's first query head's ratio
+AUTHORS = {"keys": "group-first"}
+
 # (ctxbench params, the authors' apply_layers, ratio_min, ratio_max, head_type)
 CASES = [
     ({}, range(2, LAYERS), 1.2, 1.8, None),  # their defaults
@@ -93,9 +116,28 @@ def test_logits_equal_the_authors_code(params, layers, lo, hi, head_type, kv_hea
     model = tiny_llama(kv_heads)
     ids = sequence(n)
     want = authors_logits(model, ids, layers, lo, hi, head_type)
-    got = patched_logits(model, ids, params)
+    got = patched_logits(model, ids, {**params, **AUTHORS})
     assert max_diff(got, want) <= 1e-5, f"max abs diff {max_diff(got, want):.3g}"
     assert max_diff(want, logits(model, ids)) > 1e-2  # Ms-PoE changes these logits
+
+
+@pytest.mark.parametrize("n", [TRAINED, N])
+@pytest.mark.parametrize("params,layers,lo,hi,head_type", CASES)
+def test_per_head_keys_are_the_authors_code_with_each_key_head_copied_to_its_query_heads(params, layers, lo, hi, head_type, n):
+    model = tiny_llama(kv_heads=2)
+    ids = sequence(n)
+    wide = key_heads_copied(model)
+    assert max_diff(logits(wide, ids), logits(model, ids)) <= 1e-5  # the copy is the same model
+    want = authors_logits(wide, ids, layers, lo, hi, head_type)
+    got = patched_logits(model, ids, params)
+    assert max_diff(got, want) <= 1e-5, f"max abs diff {max_diff(got, want):.3g}"
+
+
+def test_the_keys_choice_matters_on_a_grouped_query_model_only():
+    ids = sequence()
+    grouped, wide = tiny_llama(kv_heads=2), tiny_llama(kv_heads=4)
+    assert max_diff(patched_logits(grouped, ids, AUTHORS), patched_logits(grouped, ids)) > 1e-2
+    assert max_diff(patched_logits(wide, ids, AUTHORS), patched_logits(wide, ids)) <= 1e-6
 
 
 def test_the_head_order_matters_on_this_model():
@@ -110,7 +152,7 @@ def test_the_head_order_matters_on_this_model():
 def test_default_parameters_are_the_authors():
     setting = resolve("ms-poe")
     assert effective_params(setting, RopeGeometry(16, 16, 1e4, 4096), 1.0) == {
-        "ratio_min": 1.2, "ratio_max": 1.8, "first_layer": 2, "head_order": "outlier"}  # fmt: skip
+        "ratio_min": 1.2, "ratio_max": 1.8, "first_layer": 2, "head_order": "outlier", "keys": "per-head"}  # fmt: skip
     assert not setting.uses_factor and setting.head_scaled and not setting.causal
     assert resolve("mspoe").name == "ms-poe"
 
@@ -161,14 +203,19 @@ def pinned_full_forward(model, seq, layers, orders) -> torch.Tensor:
         return model(seq, use_cache=False).logits[0, -1]
 
 
+@pytest.mark.parametrize("keys", ["group-first", "per-head"])
 @pytest.mark.parametrize("first_layer", [0, 2])
-def test_kv_cache_decoding_is_the_authors_decoding_with_the_prefill_order(first_layer):
+def test_kv_cache_decoding_is_the_authors_decoding_with_the_prefill_order(first_layer, keys):
+    """Against the authors' decoding of the model itself (``group-first``) or of its copy with one
+    key head per query head (``per-head``)."""
     model = tiny_llama()
+    reference = model if keys == "group-first" else key_heads_copied(model)
     ids, new = sequence(), 8
     prompt = ids[:, : N - new]
     layers = range(first_layer, LAYERS)
-    want, orders = authors_decoding(model, prompt, new, layers)
-    with applied(model, geometry(model), resolve("ms-poe", {"first_layer": first_layer}), 1.0, N), torch.no_grad():
+    want, orders = authors_decoding(reference, prompt, new, layers)
+    setting = resolve("ms-poe", {"first_layer": first_layer, "keys": keys})
+    with applied(model, geometry(model), setting, 1.0, N), torch.no_grad():
         out = model.generate(prompt, max_new_tokens=new, do_sample=False, pad_token_id=0,
                              return_dict_in_generate=True, output_logits=True)  # fmt: skip
         kept = [model.model.layers[i].self_attn._ctxbench_plan.memo["order"][0] for i in layers]
@@ -178,8 +225,8 @@ def test_kv_cache_decoding_is_the_authors_decoding_with_the_prefill_order(first_
         assert max_diff(out.logits[step][0], want[step]) <= 1e-5, step
         # a decoding step is a full forward with the order pinned to the prefill's
         seq = out.sequences[:, : N - new + step]
-        assert max_diff(out.logits[step][0], pinned_full_forward(model, seq, layers, orders)) <= 1e-5, step
-        fresh.append(max_diff(out.logits[step][0], authors_logits(model, seq, layers)[0, -1]))
+        assert max_diff(out.logits[step][0], pinned_full_forward(reference, seq, layers, orders)) <= 1e-5, step
+        fresh.append(max_diff(out.logits[step][0], authors_logits(reference, seq, layers)[0, -1]))
     # not a full forward that computes the order anew at each step's last token: that one differs
     assert fresh[0] <= 1e-5 and max(fresh) > 1e-3, fresh
 
@@ -216,7 +263,7 @@ def test_a_prefill_in_chunks_in_blocks_of_queries_is_the_authors_same_two_calls(
     they give what one block gives and what the authors' two calls give."""
     model = tiny_llama()
     ids = sequence()
-    setting = resolve("ms-poe", {"first_layer": 0})
+    setting = resolve("ms-poe", {"first_layer": 0, **AUTHORS})
     want = authors_chunks(model, ids, 100, range(LAYERS))
 
     def chunked():
@@ -313,6 +360,7 @@ def test_ppl_runs_each_length_of_ms_poe_in_its_own_forward():
     ({"first_layer": -1}, ["ms-poe parameter first_layer", "-1 must be >= 0", "apply_layers"]),
     ({"first_layer": 1.5}, ["ms-poe parameter first_layer", "1.5 is not a whole number"]),
     ({"head_order": "normal"}, ["ms-poe parameter head_order", "'normal' is not one of the choices", "outlier"]),
+    ({"keys": "first"}, ["ms-poe parameter keys", "'first' is not one of the choices", "group-first"]),
     ({"factor": 2}, ["unknown parameter 'factor' for method 'ms-poe'"]),
 ])  # fmt: skip
 def test_bad_values_are_one_clear_error(params, words):
@@ -363,6 +411,6 @@ def test_on_cuda_the_logits_are_the_authors(dtype=torch.float32, atol=1e-4):
     ids = sequence()
     want = authors_logits(model, ids, range(LAYERS))
     gpu = copy.deepcopy(model).to("cuda", dtype)
-    with applied(gpu, geometry(gpu), resolve("ms-poe", {"first_layer": 0}), 1.0, N):
+    with applied(gpu, geometry(gpu), resolve("ms-poe", {"first_layer": 0, **AUTHORS}), 1.0, N):
         got = logits(gpu, ids.cuda()).float().cpu()
     assert max_diff(got, want) <= atol, f"max abs diff {max_diff(got, want):.3g}"

@@ -343,12 +343,13 @@ def naive_attention(module, query, key, value, attention_mask, scaling=None, dro
 AttentionInterface.register("naive-reference", naive_attention)
 
 
-def mspoe_positions(module, q, k, scaling, first_layer, lo, hi):
+def mspoe_positions(module, q, k, scaling, first_layer, lo, hi, keys="per-head"):
     """P[h, i, j] = i / r_q(h) - j / r_k(h) for Ms-PoE (arXiv 2403.04797), from the paper's recipe as
     the authors' code runs it, in float64: ratios ``lo + (hi - lo) k / H``; head statistic ``-share of
     keys with weight > 3 x mean`` in the last query's softmax of the unrotated ``q k^T``; head ``h``
-    takes ratio index ``argsort(statistic)[h]``, a key head the ratio of its group's first query head;
-    plain ``i - j`` on layers before ``first_layer``."""
+    takes ratio index ``argsort(statistic)[h]``; keys the query head's own ratio (``per-head``: the
+    paper's ``(i - j) / r``) or the ratio of their group's first query head (``group-first``, the
+    authors' code); plain ``i - j`` on layers before ``first_layer``."""
     b, h, n, _ = q.shape
     i = torch.arange(n, dtype=torch.float64)
     plain = (i[:, None] - i[None, :]).expand(h, n, n)
@@ -359,7 +360,7 @@ def mspoe_positions(module, q, k, scaling, first_layer, lo, hi):
     statistic = -(w > 3 * w.mean(-1, keepdim=True)).double().mean(-1)
     ratios = lo + (hi - lo) * torch.arange(h, dtype=torch.float64) / h
     r_q = ratios[torch.argsort(statistic, stable=True)]
-    r_k = r_q[::g].repeat_interleave(g)
+    r_k = r_q[::g].repeat_interleave(g) if keys == "group-first" else r_q
     return i[None, :, None] / r_q[:, None, None] - i[None, None, :] / r_k[:, None, None]
 
 
@@ -452,22 +453,23 @@ def test_attention_method_matches_the_naive_reference(family, spec, params, kind
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt_neox"])
+@pytest.mark.parametrize("keys", ["per-head", "group-first"])
 @pytest.mark.parametrize("spec,params,freq,first,lo,hi", [
     ("ms-poe", {"first_layer": 0}, "none", 0, 1.2, 1.8),
     ("ms-poe", {"first_layer": 1, "ratio_min": 1.0, "ratio_max": 3.0}, "none", 1, 1.0, 3.0),
     ("yarn+ms-poe", {"first_layer": 0}, "yarn", 0, 1.2, 1.8),
 ])  # fmt: skip
-def test_ms_poe_matches_the_naive_reference(family, spec, params, freq, first, lo, hi, ids):
+def test_ms_poe_matches_the_naive_reference(family, spec, params, freq, first, lo, hi, keys, ids):
     """Each head's own relative positions ``i / r_q - j / r_k`` in the full matrix (GQA on llama,
     partial rotary on gpt_neox), the head order from float64 statistics."""
     model = FAMILIES[family]()
     inv_freq, scale = reference_frequencies(model, freq)
-    per_head = functools.partial(mspoe_positions, first_layer=first, lo=lo, hi=hi)
+    per_head = functools.partial(mspoe_positions, first_layer=first, lo=lo, hi=hi, keys=keys)
     with reference(model, relative_positions("plain", N), inv_freq, scale, per_head=per_head):
         want = logits(model, ids)
     # 2e-5: ctxbench rounds each position p / r to float32 before the angle, as the authors' rotary
     # cache does (float32 tolerance against their code in test_mspoe.py); here, up to 1.1e-5 at 4L with yarn
-    assert_close(patched_logits(model, spec, ids, params=params), want, atol=2e-5)
+    assert_close(patched_logits(model, spec, ids, params={**params, "keys": keys}), want, atol=2e-5)
     assert (want - reference_logits(model, ids, "plain", freq)).abs().max() > 1e-2  # the per-head positions matter here
 
 
