@@ -16,7 +16,8 @@ The answers equal those of decoding each prompt alone (tests check it), and the 
 reported so benchmarks can state the bound on the speed-up. That needs a causal method: under one
 whose every output depends on the whole input (``ms-poe``'s head order comes from the prompt's last
 token; ``MethodSetting.causal`` is False) a prefix's cache is not a longer prompt's, so callers pass
-``share=False`` and each prompt is prefilled whole, in one forward, as its authors run it.
+``share=False``: the plan then puts each prompt in a group of its own with nothing shared, and each
+is prefilled whole, in one forward, as its authors run it.
 """
 
 from __future__ import annotations
@@ -142,8 +143,12 @@ class Plan:
         return sum(self.pieces(prompts))
 
 
-def plan(prompts: Sequence[Sequence[int]]) -> Plan:
+def plan(prompts: Sequence[Sequence[int]], share: bool = True) -> Plan:
+    """Which tokens go through the model (see the module docstring); ``share=False``: nothing is
+    shared, each prompt is a group of its own whose shared length is 0 (an empty cache)."""
     k = len(prompts)
+    if not share:
+        return Plan(0, [0] * k, [(0, 0, [i]) for i in range(k)])
     if k == 1:
         n = len(prompts[0])
         return Plan(0, [n - 1], [(n - 1, n - 1, [0])])
@@ -171,16 +176,9 @@ def decode_shared(
     ``finished(i, tokens)``: prompt ``i``'s answer so far is final (its decoding may stop).
     ``share=False``: no shared prefix, each prompt prefilled whole and decoded alone."""
     device = next(model.parameters()).device
-    if not share:
-        for i, prompt in enumerate(prompts):
-            t0 = time.perf_counter()
-            stop = None if finished is None else (lambda b, new, i=i: finished(i, new))
-            new = greedy(model, torch.tensor([list(prompt)], device=device), max_new_tokens, eos, None, stop)[0]
-            yield Answer(i, tuple(new), time.perf_counter() - t0)
-        return
     per_prompt = cache_bytes_per_token(model) * (max(len(q) for q in prompts) + max_new_tokens)
     batch = max(1, budget // max(1, per_prompt))
-    for g, members, base, shared_seconds in _shared_groups(model, prompts):
+    for g, members, base, shared_seconds in _shared_groups(model, prompts, share):
         by_size: dict[int, list[int]] = {}
         for i in members:
             by_size.setdefault(len(prompts[i]), []).append(i)
@@ -200,12 +198,12 @@ def decode_shared(
         del base  # before the next group's cache is built: one group's cache at a time
 
 
-def _shared_groups(model, prompts: Sequence[Sequence[int]]) -> Iterator[tuple]:
+def _shared_groups(model, prompts: Sequence[Sequence[int]], share: bool = True) -> Iterator[tuple]:
     """Walk :func:`plan`'s groups of ``prompts``: the stream's KV cache is extended once, each
     group's shared part once on a copy. Yields ``(g, members, base, shared_seconds)``: the group's
     shared length, its prompt indices, the KV cache of its first ``g`` tokens (callers copy it
     before use) and each member's share of the seconds that cost."""
-    p = plan(prompts)
+    p = plan(prompts, share)
     stream = prompts[p.stream]
     running, done = None, 0  # KV cache of stream[:done]
     for s, g, members in p.groups:
@@ -227,34 +225,25 @@ def score_shared(
     the model in one forward on a copy of the shared cache, and the LM head runs only on the k_i
     positions that predict the continuation. No decoding. Yields a :class:`Scored` per prompt.
     ``share=False`` (as :func:`decode_shared`): each prompt is prefilled whole, then its
-    continuation but the last token goes through on that cache, as decoding would feed it."""
+    continuation but the last token goes through on that cache, as decoding would feed it (one
+    forward of both would let the continuation's tokens decide what a non-causal method does)."""
     import torch.nn.functional as F
 
     from .scoring import decoder, head_logits
 
     device = next(model.parameters()).device
     body = decoder(model)
-    if not share:
-        from transformers import DynamicCache
-
-        for i, prompt in enumerate(prompts):
-            t0 = time.perf_counter()
-            cont, cache = list(continuations[i]), DynamicCache()
-            ids = torch.tensor([list(prompt)], device=device)
-            hidden = body(input_ids=ids, **with_cache(body, cache), use_cache=True).last_hidden_state[:, -1:]
-            if len(cont) > 1:
-                more = body(input_ids=torch.tensor([cont[:-1]], device=device), **with_cache(body, cache), use_cache=True)
-                hidden = torch.cat([hidden, more.last_hidden_state], dim=1)  # (1, k, hidden)
-            logits = head_logits(model, hidden)[0]
-            nll = F.cross_entropy(logits, torch.tensor(cont, device=device), reduction="none").cpu()
-            yield Scored(i, nll, time.perf_counter() - t0)
-        return
-    for g, members, base, shared_seconds in _shared_groups(model, prompts):
+    for g, members, base, shared_seconds in _shared_groups(model, prompts, share):
         for i in members:
             t0 = time.perf_counter()
-            cont = list(continuations[i])
-            ids = torch.tensor([list(prompts[i][g:]) + cont[:-1]], device=device)  # (1, n - g + k - 1)
-            hidden = body(input_ids=ids, **with_cache(body, copy.deepcopy(base)), use_cache=True).last_hidden_state
+            cont, cache = list(continuations[i]), copy.deepcopy(base)
+            # the suffix and the continuation but its last token: one forward, or two for a non-causal method
+            feeds = [list(prompts[i][g:]) + cont[:-1]] if share else [list(prompts[i][g:]), cont[:-1]]
+            states = []
+            for ids in filter(None, feeds):
+                out = body(input_ids=torch.tensor([ids], device=device), **with_cache(body, cache), use_cache=True)
+                states.append(out.last_hidden_state)
+            hidden = torch.cat(states, dim=1)  # (1, n - g + k - 1, hidden)
             logits = head_logits(model, hidden[:, -len(cont) :])[0]  # (k, vocab)
             nll = F.cross_entropy(logits, torch.tensor(cont, device=device), reduction="none").cpu()
             yield Scored(i, nll, shared_seconds + time.perf_counter() - t0)
