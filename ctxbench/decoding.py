@@ -13,7 +13,10 @@ structure itself from the token ids, with no help from the task:
    suffixes of equal token count are decoded as one batch.
 
 The answers equal those of decoding each prompt alone (tests check it), and the tokens fed are
-reported so benchmarks can state the bound on the speed-up. That needs a causal method: under one
+reported so benchmarks can state the bound on the speed-up. Given each prompt's expected answer
+(``continuations``), the answer is scored on the prompt's own prefill: its tokens but the last go
+through on a copy of the prompt's cache, and decoding starts from the prompt's last position on the
+cache itself, so scoring an answer costs its own few tokens, not a second prefill. That needs a causal method: under one
 whose every output depends on the whole input (``ms-poe``'s head order comes from the prompt's last
 token; ``MethodSetting.causal`` is False) a prefix's cache is not a longer prompt's, so callers pass
 ``share=False``: the plan then puts each prompt in a group of its own with nothing shared, and each
@@ -64,22 +67,28 @@ class Answer:
     index: int  # position of the prompt in the input list
     tokens: tuple[int, ...]  # the new tokens
     seconds: float  # this prompt's share of the time spent
+    nll: torch.Tensor | None = None  # (k,) float32 NLL of each token of the prompt's continuation, when given
 
 
 @torch.inference_mode()
-def greedy(model, ids: torch.Tensor, max_new_tokens: int, eos: int | None, cache=None, finished=None) -> list[list[int]]:
+def greedy(model, ids: torch.Tensor | None, max_new_tokens: int, eos: int | None, cache=None, finished=None,
+           logits: torch.Tensor | None = None) -> list[list[int]]:  # fmt: skip
     """Greedy decoding of a batch ``ids`` (batch, n) continuing ``cache``; only the last
     position's logits are computed (``logits_to_keep=1``). A row stops at ``eos``, or once
-    ``finished(row, tokens)`` says its result can no longer change; the batch stops when all have."""
+    ``finished(row, tokens)`` says its result can no longer change; the batch stops when all have.
+    ``logits`` (batch, vocab): the prompts' last-position logits when ``cache`` already holds the
+    prompts (``ids`` is then not fed)."""
     from transformers import DynamicCache
 
     cache = DynamicCache() if cache is None else cache
-    out = model(input_ids=ids, **with_cache(model, cache), use_cache=True, logits_to_keep=1)
-    new: list[list[int]] = [[] for _ in range(ids.shape[0])]
-    done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+    if logits is None:
+        logits = model(input_ids=ids, **with_cache(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1]
+    batch = logits.shape[0]
+    new: list[list[int]] = [[] for _ in range(batch)]
+    done = torch.zeros(batch, dtype=torch.bool, device=logits.device)
     for step in range(max_new_tokens):
-        token = out.logits[:, -1].argmax(dim=-1)  # (batch,)
-        for b in range(ids.shape[0]):
+        token = logits.argmax(dim=-1)  # (batch,)
+        for b in range(batch):
             if not done[b]:
                 new[b].append(int(token[b]))
                 if finished is not None and finished(b, new[b]):
@@ -88,7 +97,7 @@ def greedy(model, ids: torch.Tensor, max_new_tokens: int, eos: int | None, cache
             done |= token == eos
         if bool(done.all()) or step == max_new_tokens - 1:
             break
-        out = model(input_ids=token[:, None], **with_cache(model, cache), use_cache=True, logits_to_keep=1)
+        logits = model(input_ids=token[:, None], **with_cache(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1]
     return new
 
 
@@ -170,18 +179,24 @@ def plan(prompts: Sequence[Sequence[int]], share: bool = True) -> Plan:
 
 def decode_shared(
     model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: int | None, budget: int = CACHE_BUDGET,
-    finished=None, share: bool = True,
+    finished=None, share: bool = True, continuations: Sequence[Sequence[int]] | None = None,
 ) -> Iterator[Answer]:
     """Greedy answers of every prompt, yielded group by group (see the module docstring).
     ``finished(i, tokens)``: prompt ``i``'s answer so far is final (its decoding may stop).
-    ``share=False``: no shared prefix, each prompt prefilled whole and decoded alone."""
+    ``share=False``: no shared prefix, each prompt prefilled whole and decoded alone.
+    ``continuations[i]`` (k_i >= 1 tokens): also score it after prompt ``i`` in the prompt's own
+    prefill (:attr:`Answer.nll`, as :func:`score_shared` computes it); only with ``share``, since
+    under a non-causal method the continuation's tokens would change what the prompt's positions see."""
+    if continuations is not None and not share:
+        raise ValueError("continuations are scored in the prompt's prefill, which a non-causal method cannot share")
     device = next(model.parameters()).device
-    per_prompt = cache_bytes_per_token(model) * (max(len(q) for q in prompts) + max_new_tokens)
+    copies = 1 if continuations is None else 2  # scoring runs on a copy of the prompts' cache
+    per_prompt = cache_bytes_per_token(model) * copies * (max(len(q) for q in prompts) + max_new_tokens)
     batch = max(1, budget // max(1, per_prompt))
     for g, members, base, shared_seconds in _shared_groups(model, prompts, share):
-        by_size: dict[int, list[int]] = {}
+        by_size: dict[tuple[int, int], list[int]] = {}  # (prompt, continuation) token counts -> prompts
         for i in members:
-            by_size.setdefault(len(prompts[i]), []).append(i)
+            by_size.setdefault((len(prompts[i]), len(continuations[i]) if continuations else 0), []).append(i)
         for same in by_size.values():
             for a in range(0, len(same), batch):
                 chunk = same[a : a + batch]
@@ -189,13 +204,41 @@ def decode_shared(
                 cache = copy.deepcopy(base)
                 if len(chunk) > 1:
                     cache.batch_repeat_interleave(len(chunk))
-                suffix = torch.tensor([list(prompts[i][g:]) for i in chunk], device=device)  # (batch, n - g)
                 stop = None if finished is None else (lambda b, new, chunk=chunk: finished(chunk[b], new))
-                outs = greedy(model, suffix, max_new_tokens, eos, cache, stop)
+                if continuations is None:
+                    suffix = torch.tensor([list(prompts[i][g:]) for i in chunk], device=device)  # (batch, n - g)
+                    outs, nlls = greedy(model, suffix, max_new_tokens, eos, cache, stop), [None] * len(chunk)
+                else:
+                    logits, nlls = _prefill_scored(model, [prompts[i][g:] for i in chunk], [continuations[i] for i in chunk], cache)
+                    outs = greedy(model, None, max_new_tokens, eos, cache, stop, logits=logits)
                 spent = (time.perf_counter() - t0) / len(chunk)
-                for i, new in zip(chunk, outs, strict=True):
-                    yield Answer(i, tuple(new), shared_seconds + spent)
+                for i, new, nll in zip(chunk, outs, nlls, strict=True):
+                    yield Answer(i, tuple(new), shared_seconds + spent, nll)
         del base  # before the next group's cache is built: one group's cache at a time
+
+
+@torch.inference_mode()
+def _prefill_scored(model, suffixes, continuations, cache) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Each suffix (equal token counts across the batch) through the model on ``cache``, which then
+    holds the prompts; each continuation but its last token (equal counts k - 1) on a copy of it, so
+    the prompts' cache stays as decoding needs it; the LM head runs only on the k positions that
+    predict the continuation. Returns the (batch, vocab) fp32 logits of each prompt's last position
+    and each continuation's (k,) NLL on the CPU."""
+    import torch.nn.functional as F
+
+    from .scoring import decoder, head_logits
+
+    device = next(model.parameters()).device
+    body = decoder(model)
+    ids = torch.tensor([list(s) for s in suffixes], device=device)  # (batch, n - g)
+    states = [body(input_ids=ids, **with_cache(body, cache), use_cache=True).last_hidden_state[:, -1:]]  # (batch, 1, hidden)
+    if len(continuations[0]) > 1:
+        more = torch.tensor([list(c[:-1]) for c in continuations], device=device)  # (batch, k - 1)
+        states.append(body(input_ids=more, **with_cache(body, copy.deepcopy(cache)), use_cache=True).last_hidden_state)
+    logits = head_logits(model, torch.cat(states, dim=1))  # (batch, k, vocab)
+    target = torch.tensor([list(c) for c in continuations], device=device)  # (batch, k)
+    nll = F.cross_entropy(logits.transpose(1, 2), target, reduction="none").cpu()  # (batch, k)
+    return logits[:, 0], list(nll)
 
 
 def _shared_groups(model, prompts: Sequence[Sequence[int]], share: bool = True) -> Iterator[tuple]:

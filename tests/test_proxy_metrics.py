@@ -337,6 +337,9 @@ def test_plans_count_the_reference_forwards():
     assert ppl_more[-1].forwards == proxy.evaluator_forwards(8192, 4096, ("longppl", "kl")) * 2
     pk = passkey.Settings(methods=(resolve("yarn"),), factors=(2.0,), lengths=(1024,), depths=(0.5,), trials=2, metrics=("answer_nll",))
     items = passkey.cost(pk, 4096)
+    assert len(items) == 1  # scored on the trials' prefills: no forwards of its own
+    pk = passkey.Settings(methods=(resolve("ms-poe"),), factors=(2.0,), lengths=(1024,), depths=(0.5,), trials=2, metrics=("answer_nll",))
+    items = passkey.cost(pk, 4096)  # a method that is not causal scores in a forward of its own per trial
     assert len(items) == 2 and items[1].decode_steps == 0 and items[1].forwards == items[0].forwards
 
 
@@ -390,3 +393,95 @@ def test_every_report_format_carries_the_proxy_tables(peaked_lm, corpus_dir):
     assert "#### ppl longppl — tiny-peaked, factor 2" in to_markdown(ps)
     assert {p["metric"] for p in json.loads(to_json(ps))} == {"ppl", "longppl"}
     assert ",longppl," in to_csv(ps)
+
+
+# --------------------------------------------------------------- answer NLL on the trials' own prefill
+
+
+def _prompts(tok):
+    """Trial prompts sharing a filler prefix: three depths, two keys at each (equal token counts at
+    one depth, so they decode as one batch), and answers of 1 to 3 tokens."""
+    prompts = [passkey.build_prompt(tok, 300, d, key).ids for d in (0.0, 0.5, 1.0) for key in (11111, 22222)]
+    answers = [list(p[-3:]) if i % 3 else [int(p[-1])] for i, p in enumerate(prompts)]
+    return prompts, answers
+
+
+@pytest.mark.parametrize("label", ["none", "rerope", "dynamic-ntk"])
+def test_scoring_the_answer_on_the_prefill_leaves_the_answers_and_equals_a_forward_of_its_own(peaked_lm, label):
+    from ctxbench.decoding import decode_shared, score_shared
+
+    prompts, answers = _prompts(peaked_lm.tokenizer)
+    with applied(peaked_lm.model, peaked_lm.geometry, resolve(label), 2.0, 320):
+        plain = {a.index: a.tokens for a in decode_shared(peaked_lm.model, prompts, 8, None)}
+        both = {a.index: a for a in decode_shared(peaked_lm.model, prompts, 8, None, continuations=answers)}
+        alone = {s.index: s.nll for s in score_shared(peaked_lm.model, prompts, answers)}
+    assert len(set(plain.values())) > 1  # the answers depend on the prompt, so a stale cache would show
+    assert {i: a.tokens for i, a in both.items()} == plain
+    for i, answer in enumerate(answers):
+        assert both[i].nll.shape == (len(answer),)
+        assert torch.allclose(both[i].nll, alone[i], atol=1e-5), i
+
+
+def test_scoring_the_answer_on_the_prefill_feeds_only_the_answers_tokens(counting_lm):
+    from ctxbench.decoding import decode_shared
+
+    prompts, answers = _prompts(counting_lm.tokenizer)
+    list(decode_shared(counting_lm.model, prompts, 4, None))
+    plain = sum(b * n for b, n in counting_lm.forwards)
+    counting_lm.forwards.clear()
+    list(decode_shared(counting_lm.model, prompts, 4, None, continuations=answers))
+    assert sum(b * n for b, n in counting_lm.forwards) == plain + sum(len(a) - 1 for a in answers)
+
+
+def test_a_method_that_is_not_causal_cannot_score_on_a_shared_prefill(tiny_lm):
+    from ctxbench.decoding import decode_shared
+
+    prompts, answers = _prompts(tiny_lm.tokenizer)
+    with pytest.raises(ValueError, match="non-causal"):
+        list(decode_shared(tiny_lm.model, prompts, 4, None, share=False, continuations=answers))
+
+
+@pytest.mark.parametrize("task", ["passkey", "niah"])
+def test_a_run_with_answer_nll_costs_only_the_answers_tokens_more(counting_lm, task):
+    """The metric rides on the prefill decoding does anyway: the tokens through the model grow by
+    each trial's answer but its last token, not by a second prefill."""
+    from ctxbench.settings import build_settings
+    from ctxbench.tasks import get
+
+    def fed(metrics: str | None) -> int:
+        counting_lm.forwards.clear()
+        extra = {"metrics": metrics} if metrics else {}
+        settings = build_settings(get(task), [resolve("yarn")], 2.0, "800", {"trials": 3, **extra})
+        records = run_settings(counting_lm, task, settings, seed=1).records
+        return sum(b * n for b, n in counting_lm.forwards), records
+
+    plain, _ = fed(None)
+    scored, records = fed("answer_nll")
+    answer_tokens = sum(json.loads(r["extra"])["answer_tokens"] for r in records if r["trial"] not in ("all", ""))
+    trials = sum(1 for r in records if r["trial"] not in ("all", ""))
+    assert trials >= 3 and scored == plain + answer_tokens - trials
+
+
+def test_a_method_that_is_not_causal_scores_each_answer_after_its_whole_prompt(peaked_lm):
+    """ms-poe: each trial's prompt in one forward (its head order from the prompt's last token), then
+    the answer on that cache, over a group of several cells, as decoding would feed it."""
+    from transformers import DynamicCache
+
+    from ctxbench.decoding import with_cache
+
+    settings = passkey.Settings(methods=(resolve("ms-poe", {"first_layer": 0}),), factors=(2.0,), lengths=(300,), depths=(0.0, 0.5),
+                                trials=2, metrics=("answer_nll",))  # fmt: skip
+    records = run_settings(peaked_lm, "passkey", settings, seed=3).records
+    tok = peaked_lm.tokenizer
+    for depth in (0.0, 0.5):
+        for t in range(2):
+            p = passkey.build_prompt(tok, 300, depth, passkey.draw_key(3, 300, depth, t, 5))
+            answer = list(tok(f" {p.key}", add_special_tokens=False)["input_ids"])
+            with applied(peaked_lm.model, peaked_lm.geometry, settings.methods[0], 1.0, 300 + settings.max_new_tokens), torch.no_grad():
+                cache = DynamicCache()
+                logits = [peaked_lm.model(torch.tensor([list(p.ids)]), **with_cache(peaked_lm.model, cache)).logits[0, -1]]
+                for token in answer[:-1]:
+                    logits.append(peaked_lm.model(torch.tensor([[token]]), **with_cache(peaked_lm.model, cache)).logits[0, -1])
+            expected = F.cross_entropy(torch.stack(logits), torch.tensor(answer)).item()
+            row = next(r for r in records if r["metric"] == "correct" and float(r["depth"]) == depth and r["trial"] == str(t))
+            assert json.loads(row["extra"])["answer_nll"] == pytest.approx(expected, rel=1e-4)

@@ -139,12 +139,18 @@ def most_trials(settings) -> int:
     return settings.max_trials if settings.trials == AUTO else settings.trials
 
 
-def trial_cells(lm, ctx, prompts_by_cell: dict, max_new_tokens: int, measure, finished=None):
+def trial_cells(lm, ctx, prompts_by_cell: dict, max_new_tokens: int, measure, finished=None, continuation=None):
     """:func:`answer_cells` for the trials a cell does not hold yet: yields ``(cell, [per-trial
     Measurement, ...])`` in trial order. ``measure(trial, prompt, new_tokens, seconds)`` makes a
     trial's row; a trial the results file already holds (``ctx.kept[cell][t]``, from a run with
     fewer trials: trial t's prompt is drawn from t alone, so it would come out the same) is
-    reused, not decoded again, so raising ``--trials`` costs only the new trials."""
+    reused, not decoded again, so raising ``--trials`` costs only the new trials.
+    ``continuation(prompt) -> ids``: the expected answer, scored in each decoded trial's own prefill
+    under a causal method (:func:`answer_cells`); its row carries ``extra.answer_nll`` (mean NLL per
+    token) and ``extra.answer_tokens``. Rows without them (kept trials, a method that is not causal)
+    are for :func:`ctxbench.tasks.proxy.answer_nlls`, which scores them before decoding."""
+    from .proxy import with_answer_nll
+
     kept = getattr(ctx, "kept", None) or {}
     todo, index = {}, {}
     for cell, prompts in prompts_by_cell.items():
@@ -159,8 +165,13 @@ def trial_cells(lm, ctx, prompts_by_cell: dict, max_new_tokens: int, measure, fi
         if cell not in todo:
             yield cell, whole(cell, {})
     if todo:
-        for cell, answers in answer_cells(lm, todo, max_new_tokens, finished):
-            yield cell, whole(cell, {t: measure(t, p, new, s) for t, (p, new, s) in zip(index[cell], answers, strict=True)})
+        for cell, answers in answer_cells(lm, todo, max_new_tokens, finished, continuation):
+            rows = [measure(t, p, new, s) for t, (p, new, s, *_) in zip(index[cell], answers, strict=True)]
+            if continuation is not None:
+                scored = {t: (float(a[3].double().mean()), int(a[3].numel()), 0.0)
+                          for t, a in zip(index[cell], answers, strict=True) if a[3] is not None}  # fmt: skip
+                rows = with_answer_nll(rows, scored)
+            yield cell, whole(cell, dict(zip(index[cell], rows, strict=True)))
 
 
 def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> list:
@@ -182,7 +193,7 @@ def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> 
     ]
 
 
-def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
+def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, continuation=None):
     """Greedy answers of every cell's trial prompts (``{cell: [prompt, ...]}``, prompts with
     ``.ids``), all cells of one (method, factor, length) decoded together with their shared
     prefixes computed once (:func:`ctxbench.decoding.decode_shared`; each prompt whole under a method
@@ -191,7 +202,10 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
     Dynamic methods see the cell's length as theirs, or the longest prompt plus the new tokens where
     that is longer (a prompt of exactly the length decodes past it): one value per cell, whichever
     trials run, so a trial scores the same in a run of 10 trials as of 50. ``finished(prompt,
-    new_tokens)``: the trial's score can no longer change, so its decoding may stop early."""
+    new_tokens)``: the trial's score can no longer change, so its decoding may stop early.
+    ``continuation(prompt) -> ids``: each entry is ``(prompt, new_tokens, seconds, nll)``, ``nll``
+    the (k,) NLL of the expected answer scored in the prompt's own prefill (no second prefill), or
+    None under a method that is not causal, whose prompt and answer cannot share a forward."""
     from ..decoding import decode_shared
     from ..patching import applied
 
@@ -202,12 +216,14 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None):
     seq_len = decode_length(first, flat, max_new_tokens)
     pending = {cell: len(prompts) for cell, prompts in prompts_by_cell.items()}
     done: dict = {}
+    scored = continuation is not None and first.method.causal
+    conts = [list(continuation(p)) for p in flat] if scored else None
     with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
         stop = None if finished is None else (lambda i, new: finished(flat[i], new))
         for a in decode_shared(lm.model, [p.ids for p in flat], max_new_tokens, lm.tokenizer.eos_token_id, finished=stop,
-                               share=first.method.causal):  # fmt: skip
+                               share=first.method.causal, continuations=conts):  # fmt: skip
             cell, t = owner[a.index]
-            done[(cell, t)] = (flat[a.index], a.tokens, a.seconds)
+            done[(cell, t)] = (flat[a.index], a.tokens, a.seconds) + ((a.nll,) if continuation is not None else ())
             pending[cell] -= 1
             if pending[cell] == 0:
                 yield cell, [done[(cell, i)] for i in range(len(prompts_by_cell[cell]))]

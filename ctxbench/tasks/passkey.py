@@ -264,7 +264,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
             steps = len(lengths) * len(settings.depths) * most_trials(settings) * settings.max_new_tokens
             items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps, cached=cached,
                                   what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
-            if settings.metrics:  # the answer's teacher-forced pass: the same shared prefixes again, then each suffix
+            if settings.metrics and not m.causal:  # scored in the trials' prefills, but for a non-causal method
                 items.append(CostItem(cells=0, forwards=forwards, cached=cached, what=f"{m.label} answer_nll"))
     return items
 
@@ -284,8 +284,10 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
         return Measurement("correct", int(first_integer(text) == p.key), trial=t, answer=text.strip(), tokens=len(p.ids),
                            seconds=round(seconds, 4), extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)})  # fmt: skip
 
+    # the key scored in each decoded trial's own prefill; before decoding, the trials that cannot be
     scored = proxy.answer_nlls(lm, ctx, prompts, _answer_ids, settings.max_new_tokens) if settings.metrics else {}
-    for cell, rows in trial_cells(lm, ctx, prompts, settings.max_new_tokens, measure):
+    scoring = _answer_ids if settings.metrics else None
+    for cell, rows in trial_cells(lm, ctx, prompts, settings.max_new_tokens, measure, continuation=scoring):
         # one ``correct`` row per trial and the cell's ``accuracy`` with its trial count
         extra = []
         if settings.metrics:

@@ -18,8 +18,10 @@ a default run's rows and cell identities are what they always were).
   unscaled model as its base): how far a method moves the model's next-token distribution inside
   the trained length, where the unscaled model is the reference.
 - ``answer_nll`` (``passkey``, ``niah``): the teacher-forced mean NLL per token of the expected
-  answer after the prompt (the pass key; niah's values joined by ", "), with no decoding: one
-  suffix forward per trial after the trials' shared prefix.
+  answer after the prompt (the pass key; niah's values joined by ", "), with no decoding: scored on
+  the trial's own prefill (the answer's tokens go through on a copy of the prompt's cache), so it
+  costs the answer's few tokens beside decoding; a method that is not causal (``ms-poe``) and
+  trials from a run without the metric take a forward of their own.
 
 Each reference is computed once and reused: key tokens and the unscaled model's final hidden
 states (not its logits) once per document for the whole grid (:class:`Reference`); the LM head
@@ -220,21 +222,29 @@ def kl_rows(docs: list, mode: str, seconds: float) -> list[Measurement]:
 
 def answer_nlls(lm, ctx, prompts_by_cell: dict, continuation, max_new_tokens: int) -> dict:
     """Teacher-forced NLL of each trial's expected answer ``continuation(prompt) -> ids`` after its
-    prompt, for the trials whose rows do not hold it yet (``ctx.kept``), all cells of one
-    (method, factor, length) together with shared prefixes computed once
-    (:func:`ctxbench.decoding.score_shared`), the method applied for the length decoding uses.
-    Returns ``{cell: {trial: (mean NLL per answer token, answer tokens, seconds)}}``."""
+    prompt, for the trials decoding will not score in their own prefill
+    (:func:`ctxbench.tasks.common.trial_cells` with ``continuation``): trials the file holds
+    (``ctx.kept``) without it, and every trial of a method that is not causal (``ms-poe``: its
+    prompt and answer must be two forwards). All cells of one (method, factor, length) together,
+    before decoding, with shared prefixes computed once (:func:`ctxbench.decoding.score_shared`),
+    the method applied for the length decoding uses. Returns ``{cell: {trial: (mean NLL per answer
+    token, answer tokens, seconds)}}``."""
     from ..decoding import score_shared
     from ..patching import applied
     from .common import decode_length
 
     kept = getattr(ctx, "kept", None) or {}
-    owner = [(cell, t) for cell, prompts in prompts_by_cell.items() for t in range(len(prompts))
-             if "answer_nll" not in getattr(kept.get(cell, {}).get(t), "extra", {})]  # fmt: skip
+    first = next(iter(prompts_by_cell))
+
+    def unscored(cell, t) -> bool:
+        if t in kept.get(cell, {}):
+            return "answer_nll" not in kept[cell][t].extra
+        return not first.method.causal
+
+    owner = [(cell, t) for cell, prompts in prompts_by_cell.items() for t in range(len(prompts)) if unscored(cell, t)]
     out: dict = {cell: {} for cell in prompts_by_cell}
     if not owner:
         return out
-    first = next(iter(prompts_by_cell))
     flat = [prompts_by_cell[cell][t] for cell, t in owner]
     with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, decode_length(first, flat, max_new_tokens)):
         for s in score_shared(lm.model, [p.ids for p in flat], [continuation(p) for p in flat], share=first.method.causal):

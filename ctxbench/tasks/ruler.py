@@ -224,7 +224,7 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
                 items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards, cached=cached,
                                       decode_steps=len(lengths) * len(depths) * most_trials(settings) * steps,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
-                if settings.metrics:  # the answer's teacher-forced pass: the shared prefixes again, then each suffix
+                if settings.metrics and not m.causal:  # scored in the trials' prefills, but for a non-causal method
                     items.append(CostItem(cells=0, forwards=forwards, cached=cached, what=f"{m.label} answer_nll"))
     return items
 
@@ -254,8 +254,10 @@ def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> 
     def answer_ids(p) -> list[int]:
         return list(tok(" " + ", ".join(p.answers), add_special_tokens=False)["input_ids"])
 
+    # the answer scored in each decoded trial's own prefill; before decoding, the trials that cannot be
     scored = proxy.answer_nlls(lm, ctx, prompts, answer_ids, new_tokens) if settings.metrics else {}
-    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished):
+    scoring = answer_ids if settings.metrics else None
+    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished, continuation=scoring):
         extra = []
         if settings.metrics:
             rows = proxy.with_answer_nll(rows, scored[cell])
