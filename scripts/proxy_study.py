@@ -145,7 +145,7 @@ def plot(table: pd.DataFrame, corr: pd.DataFrame, path: str) -> None:
                 k = seen[yy] = seen.get(yy, -1) + 1
                 ax.annotate(name, (x, yy), fontsize=7, xytext=(4, 3 - 9 * k), textcoords="offset points")
             if proxy == "kl":  # plain RoPE's KL is 0 by construction: a linear axis keeps it
-                ax.set_xlim(left=-0.002)
+                ax.set_xlim(left=-0.002, right=float(t[proxy].max()) * 1.4 if len(t) else None)  # room for the labels
             else:
                 ax.set_xscale("log")
                 ax.set_xticks([3, 5, 10, 20, 40])
