@@ -148,7 +148,7 @@ def plot(table: pd.DataFrame, corr: pd.DataFrame, path: str) -> None:
                 ax.set_xlim(left=-0.002, right=float(t[proxy].max()) * 1.4 if len(t) else None)  # room for the labels
             else:
                 ax.set_xscale("log")
-                ax.set_xticks([3, 5, 10, 20, 40])
+                ax.set_xticks([v for v in (3, 5, 10, 20, 40, 100, 200) if v <= 1.5 * float(t[proxy].max())])
                 ax.xaxis.set_major_formatter(ScalarFormatter())
                 ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_xlabel({"ppl": "perplexity at 16k", "longppl": "LongPPL at 16k", "kl": "KL to unscaled, inside 8k (nats)"}[proxy])
