@@ -179,7 +179,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         p = tables[key]
         p.lengths = sorted({n for cells in p.rows.values() for n in cells})
         if baseline and (p.headline or baseline in p.rows):
-            _add_changes(p, baseline)
+            _add_changes(p, baseline, list(tables.values()))
         out.append(p)
     return out
 
@@ -287,10 +287,17 @@ def _extra(record: dict) -> dict:
     return extra_of(record)
 
 
-def _add_changes(p: Pivot, baseline: str) -> None:
+def _add_changes(p: Pivot, baseline: str, tables: list[Pivot] = ()) -> None:
     from .errors import UserError, closest
 
     if baseline not in p.rows:
+        # the label may be in a table of the same task set apart by a setting (task options such as
+        # --metrics, dtype, seed): a paired comparison needs both methods' cells in one table
+        apart = [t for t in tables if baseline in t.rows and (t.model, t.task, t.variant, t.factor) == (p.model, p.task, p.variant, p.factor)]
+        if apart:
+            raise UserError(f"--baseline '{baseline}' is not in '{p.title}': it is in '{apart[0].title}', a table of its own",
+                            "tables are set apart by task options, dtype and seed, and a change is computed within one table: "
+                            "run the baseline with the same options (e.g. the same --metrics) or leave out --baseline")  # fmt: skip
         guess = closest(baseline, p.rows)
         raise UserError(f"--baseline '{baseline}' is not a method label of '{p.title}'",
                         (f"did you mean '{guess}'? " if guess else "") + f"labels: {', '.join(p.rows)}")  # fmt: skip

@@ -400,3 +400,16 @@ def test_paired_module_imports_no_numpy_at_load():
     code = "import sys, ctxbench.paired; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_a_baseline_in_a_table_set_apart_by_options_is_named_with_the_fix():
+    """yarn run without --metrics, ntk with it: two tables; --baseline yarn on ntk's says where yarn is."""
+    from ctxbench.report import pivots
+
+    yarn = trial_rows("yarn", [1, 0, 1, 1])
+    ntk = [{**r, "options": '{"metrics": ["answer_nll"]}'} for r in trial_rows("ntk", [1, 1, 1, 1])]
+    with pytest.raises(UserError) as info:
+        pivots(yarn + ntk, baseline="yarn")
+    line = info.value.line()
+    assert "--baseline 'yarn' is not in" in line and "a table of its own" in line and "the same --metrics" in line, line
+    assert all(p.rows for p in pivots(yarn + [{**r, "options": yarn[0]["options"]} for r in ntk], baseline="yarn"))
