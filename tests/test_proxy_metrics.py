@@ -485,3 +485,18 @@ def test_a_method_that_is_not_causal_scores_each_answer_after_its_whole_prompt(p
             expected = F.cross_entropy(torch.stack(logits), torch.tensor(answer)).item()
             row = next(r for r in records if r["metric"] == "correct" and float(r["depth"]) == depth and r["trial"] == str(t))
             assert json.loads(row["extra"])["answer_nll"] == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize("task", ["passkey", "niah"])
+def test_the_plan_of_a_method_that_is_not_causal_counts_every_prompt_whole(task):
+    """ms-poe shares no prefix (each prompt prefilled whole), so its plan counts trials x length
+    prompt tokens where a causal method's counts the shared haystack once."""
+    from ctxbench.settings import build_settings
+
+    def tokens(label) -> int:
+        settings = build_settings(get(task), [resolve(label)], 2.0, "4k", {"trials": 3})
+        return sum(sum(item.forwards) for item in get(task).cost(settings, 8192))
+
+    depths = 5 if task == "passkey" else 1  # passkey's default depths; niah single_1 draws one place per trial
+    assert tokens("ms-poe") == 4096 * 3 * depths
+    assert tokens("yarn") < tokens("ms-poe")

@@ -12,10 +12,13 @@ def factors_for(method, factors) -> list[float | None]:
     return list(factors) if method.uses_factor else [None]
 
 
-def shared_prefix_forwards(lengths, depths, trials: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def shared_prefix_forwards(lengths, depths, trials: int, share: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(forwards, cached) for plans of a task whose trials share everything before their needle:
     one running prefix per length up to the deepest needle, then each trial's suffix after its
-    needle's depth, attending to the ``n * d`` tokens cached before it."""
+    needle's depth, attending to the ``n * d`` tokens cached before it. ``share=False`` (a method
+    that is not causal, ``MethodSetting.causal``): every trial's whole prompt, nothing cached."""
+    if not share:
+        return tuple(n for n in lengths for _ in depths for _ in range(trials)), (0,) * (len(lengths) * len(depths) * trials)
     suffixes = [(max(1, int(n * (1 - d))), n) for n in lengths for d in depths for _ in range(trials)]
     forwards = tuple(max(1, int(n * max(depths))) for n in lengths) + tuple(s for s, _ in suffixes)
     return forwards, (0,) * len(lengths) + tuple(n - s for s, n in suffixes)

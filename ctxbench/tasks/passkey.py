@@ -260,7 +260,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     items = []
     for m in settings.methods:
         for f in factors_for(m, settings.factors):
-            forwards, cached = shared_prefix_forwards(lengths, settings.depths, most_trials(settings))
+            forwards, cached = shared_prefix_forwards(lengths, settings.depths, most_trials(settings), share=m.causal)
             steps = len(lengths) * len(settings.depths) * most_trials(settings) * settings.max_new_tokens
             items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps, cached=cached,
                                   what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip

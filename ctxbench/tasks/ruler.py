@@ -220,7 +220,7 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
     for _ in _variants(spec, settings):
         for m in settings.methods:
             for f in factors_for(m, settings.factors):
-                forwards, cached = shared_prefix_forwards(lengths, depths, most_trials(settings))
+                forwards, cached = shared_prefix_forwards(lengths, depths, most_trials(settings), share=m.causal)
                 items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards, cached=cached,
                                       decode_steps=len(lengths) * len(depths) * most_trials(settings) * steps,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
