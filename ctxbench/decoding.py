@@ -16,7 +16,9 @@ The answers equal those of decoding each prompt alone (tests check it), and the 
 reported so benchmarks can state the bound on the speed-up. Given each prompt's expected answer
 (``continuations``), the answer is scored on the prompt's own prefill: its tokens but the last go
 through on a copy of the prompt's cache, and decoding starts from the prompt's last position on the
-cache itself, so scoring an answer costs its own few tokens, not a second prefill. That needs a causal method: under one
+cache itself, so scoring an answer costs its own few tokens, not a second prefill.
+
+Sharing needs a causal method: under one
 whose every output depends on the whole input (``ms-poe``'s head order comes from the prompt's last
 token; ``MethodSetting.causal`` is False) a prefix's cache is not a longer prompt's, so callers pass
 ``share=False``: the plan then puts each prompt in a group of its own with nothing shared, and each
@@ -224,9 +226,7 @@ def _prefill_scored(model, suffixes, continuations, cache) -> tuple[torch.Tensor
     the prompts' cache stays as decoding needs it; the LM head runs only on the k positions that
     predict the continuation. Returns the (batch, vocab) fp32 logits of each prompt's last position
     and each continuation's (k,) NLL on the CPU."""
-    import torch.nn.functional as F
-
-    from .scoring import decoder, head_logits
+    from .scoring import decoder
 
     device = next(model.parameters()).device
     body = decoder(model)
@@ -235,10 +235,21 @@ def _prefill_scored(model, suffixes, continuations, cache) -> tuple[torch.Tensor
     if len(continuations[0]) > 1:
         more = torch.tensor([list(c[:-1]) for c in continuations], device=device)  # (batch, k - 1)
         states.append(body(input_ids=more, **with_cache(body, copy.deepcopy(cache)), use_cache=True).last_hidden_state)
-    logits = head_logits(model, torch.cat(states, dim=1))  # (batch, k, vocab)
-    target = torch.tensor([list(c) for c in continuations], device=device)  # (batch, k)
-    nll = F.cross_entropy(logits.transpose(1, 2), target, reduction="none").cpu()  # (batch, k)
+    logits, nll = _continuation_nll(model, torch.cat(states, dim=1), continuations)
     return logits[:, 0], list(nll)
+
+
+def _continuation_nll(model, hidden: torch.Tensor, continuations) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LM head on ``hidden`` (batch, k, hidden), the states at the k positions that predict each
+    continuation (equal k across the batch): their (batch, k, vocab) fp32 logits and the
+    continuations' (batch, k) NLL on the CPU."""
+    import torch.nn.functional as F
+
+    from .scoring import head_logits
+
+    logits = head_logits(model, hidden)  # (batch, k, vocab)
+    target = torch.tensor([list(c) for c in continuations], device=hidden.device)  # (batch, k)
+    return logits, F.cross_entropy(logits.transpose(1, 2), target, reduction="none").cpu()
 
 
 def _shared_groups(model, prompts: Sequence[Sequence[int]], share: bool = True) -> Iterator[tuple]:
@@ -270,9 +281,7 @@ def score_shared(
     ``share=False`` (as :func:`decode_shared`): each prompt is prefilled whole, then its
     continuation but the last token goes through on that cache, as decoding would feed it (one
     forward of both would let the continuation's tokens decide what a non-causal method does)."""
-    import torch.nn.functional as F
-
-    from .scoring import decoder, head_logits
+    from .scoring import decoder
 
     device = next(model.parameters()).device
     body = decoder(model)
@@ -287,7 +296,6 @@ def score_shared(
                 out = body(input_ids=torch.tensor([ids], device=device), **with_cache(body, cache), use_cache=True)
                 states.append(out.last_hidden_state)
             hidden = torch.cat(states, dim=1)  # (1, n - g + k - 1, hidden)
-            logits = head_logits(model, hidden[:, -len(cont) :])[0]  # (k, vocab)
-            nll = F.cross_entropy(logits, torch.tensor(cont, device=device), reduction="none").cpu()
-            yield Scored(i, nll, shared_seconds + time.perf_counter() - t0)
+            _, nll = _continuation_nll(model, hidden[:, -len(cont) :], [cont])
+            yield Scored(i, nll[0], shared_seconds + time.perf_counter() - t0)
         del base  # before the next group's cache is built
