@@ -415,7 +415,7 @@ def rank(
     from .paired import rank as rank_methods
     from .ranking import ranking_json, ranking_markdown, ranking_table
 
-    rankings = rank_methods(records, n, task=filters["task"], alpha=alpha)
+    rankings = rank_methods(records, n, task=filters["task"], tasks=tasks, alpha=alpha)
     if fmt == "json":
         sys.stdout.write(ranking_json(rankings))
     elif fmt == "markdown":

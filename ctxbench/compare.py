@@ -253,7 +253,7 @@ def _paired_p(base_trials: list[dict], new_trials: list[dict]) -> float | None:
 def _effective_changes(base_records, new_records, tasks, threshold, across_dtypes: bool = False) -> list[Change]:
     """An effective length that shrank makes the method's row worse (of one dtype in both files,
     as the cells are, unless ``across_dtypes``)."""
-    from .pivot import SETTING
+    from .identity import SETTING
     from .report import pivots
 
     def lengths(records):

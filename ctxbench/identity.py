@@ -146,6 +146,50 @@ def complete_options(record: dict, tasks: dict | None, seen: dict) -> str:
     return options_json({**options, **{name: before.get(name) for name in missing}})
 
 
+# Identity columns that set a table apart (the others are a table's axes -- label, factor, length,
+# depth -- or its model, task and variant): the pivot's tables and the paired comparisons' groups.
+SETTING = ("dataset", "data_digest", "model_digest", "stride", "options", "dtype", "seed")
+# Options that only add rows, for a file whose task is not installed: the built-in ``--metrics``.
+ADDS_ROWS_FALLBACK = frozenset({"metrics"})
+
+
+def setting_of(record: dict, tasks: dict | None = None) -> tuple[tuple[str, str], ...]:
+    """``(column, value)`` for each :data:`SETTING` column of a record, normalised as keys compare
+    them: a stride equal to the length (truncate mode) reads as empty, and the ``options`` leave
+    out those that only add rows (:attr:`ctxbench.tasks.base.Option.adds_rows`: ``--metrics``),
+    so a cell run with ``--metrics answer_nll`` shares its table with one run without it."""
+    length = field(record, "length")
+    out = []
+    for column in SETTING:
+        value = field(record, column)
+        if column == "stride" and value == length:
+            value = ""
+        elif column == "options":
+            value = _table_options(value, _adds_rows(record.get("task", ""), tasks))
+        out.append((column, value))
+    return tuple(out)
+
+
+def _adds_rows(task_name: str, tasks: dict | None) -> frozenset[str]:
+    task = (tasks or {}).get(task_name)
+    if task is None:
+        return ADDS_ROWS_FALLBACK
+    return frozenset(o.name for o in task.options if o.adds_rows)
+
+
+@cache
+def _table_options(text: str, drop: frozenset[str]) -> str:
+    if not drop:
+        return text
+    try:
+        options = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(options, dict) or not drop & options.keys():
+        return text
+    return json.dumps({k: v for k, v in options.items() if k not in drop}, sort_keys=True)
+
+
 def extra_of(record: dict) -> dict:
     """A row's ``extra`` JSON object ({} when a hand edit left it unreadable or not an object)."""
     try:

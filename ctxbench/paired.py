@@ -408,9 +408,6 @@ def paired_rows(base_rows: Sequence[dict], new_rows: Sequence[dict], *, reps: in
 
 # --------------------------------------------------------------------------- many cells
 
-# Identity columns that must agree for two methods' cells to hold the same units (the method's own
-# columns -- method, label, parameters, factor -- are what is compared; depth is pooled per length).
-SETTING = ("dataset", "data_digest", "model_digest", "stride", "options", "dtype", "seed")
 
 
 @dataclass(frozen=True)
@@ -457,25 +454,26 @@ class CellComparison:
         return self.paired.n
 
 
-def _cells(records: Iterable[dict], task: Sequence[str] | str | None) -> dict[tuple, dict[tuple[str, str], list[dict]]]:
+def _cells(records: Iterable[dict], task: Sequence[str] | str | None, tasks: dict | None = None) -> dict[tuple, dict[tuple[str, str], list[dict]]]:
     """(model, task, variant, setting, length) -> (label, factor) -> rows, whole-ok cells only.
 
     A cell with a row that is not ``ok`` is left out (it failed or is being re-run). When a
-    merged file holds a cell twice, the later rows of each unit win (as the pivot shows the
-    last run of a cell).
+    merged file holds a cell twice, or the cell ran with ``--metrics`` and again without (options
+    that only add rows set no group apart), the later rows of each unit win (as the pivot shows
+    the last run of a cell). ``tasks`` (name -> Task) says which options only add rows.
     """
-    from .identity import field, uses_factor
+    from .identity import setting_of, uses_factor
 
-    tasks = {task} if isinstance(task, str) else (set(task) if task else None)
+    names = {task} if isinstance(task, str) else (set(task) if task else None)
     groups: dict[tuple, dict[tuple[str, str], dict[tuple, dict]]] = {}
     failed: set[tuple] = set()
     for r in records:
-        if tasks is not None and r.get("task") not in tasks:
+        if names is not None and r.get("task") not in names:
             continue
         length = _norm(r.get("length", ""))
-        stride = field(r, "stride")
-        # the pivot's setting: identity columns normalised as every key compares them
-        setting = tuple((c, "" if c == "stride" and stride in ("", length) else field(r, c)) for c in SETTING)
+        # the pivot's setting (ctxbench.identity.SETTING): the identity columns that must agree for
+        # two methods' cells to hold the same units; the method's own columns are what is compared
+        setting = setting_of(r, tasks)
         key = (r.get("model", ""), r.get("task", ""), r.get("variant", ""), setting, int(float(length)))
         label = r.get("label") or r.get("method", "")
         factor = _norm(r.get("factor", "")) if uses_factor(r.get("method", "")) else ""
@@ -519,6 +517,7 @@ def compare_labels(
     baseline_label: str,
     *,
     task: Sequence[str] | str | None = None,
+    tasks: dict | None = None,
     reps: int = 2000,
     seed: int = 0,
     level: float = 0.95,
@@ -534,7 +533,7 @@ def compare_labels(
     comparisons returned. Raises :class:`UserError` when the baseline label is in no group, or
     when two cells to be paired did not see the same units (naming the cell).
     """
-    groups = _cells(records, task)
+    groups = _cells(records, task, tasks)
     labels = {label for cells in groups.values() for label, _ in cells}
     if baseline_label not in labels:
         guess = closest(baseline_label, labels)
@@ -606,6 +605,7 @@ def rank(
     length: int,
     *,
     task: Sequence[str] | str | None = None,
+    tasks: dict | None = None,
     alpha: float = 0.05,
     reps: int = 2000,
     seed: int = 0,
@@ -622,7 +622,7 @@ def rank(
     from .stats import compact_letters
 
     length = int(length)
-    groups = {k: v for k, v in _cells(records, task).items() if k[4] == length}
+    groups = {k: v for k, v in _cells(records, task, tasks).items() if k[4] == length}
     out = []
     for key in sorted(groups, key=_group_sort):
         cells = groups[key]

@@ -106,19 +106,16 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
           baseline: str | None = None) -> list[Pivot]:  # fmt: skip
     """Pivots from result records (dicts of strings), filtered by task names, method labels or
     names, factors and lengths (lists or None)."""
-    from .identity import field
+    from .identity import setting_of
 
     groups: dict[tuple, list[dict]] = {}
     bounds: dict[tuple, dict[str, float]] = {}
     per_trial: dict[tuple, set] = {}  # trials seen per depth cell: the count when an old row lacks extra.trials
-    settings: dict[tuple, dict[str, str]] = {}  # setting key -> its identity columns, for titles
     sources: dict[tuple, list[dict]] = {}  # every ok row of a cell (all its depths)
     for r in records:
         if r.get("status") != "ok":
             continue
-        ident = {c: field(r, c) for c in (*SETTING, "length")}
-        setting = _setting(ident)
-        settings[setting] = ident
+        setting = tuple(value for _, value in setting_of(r, tasks))
         key = (r["model"], r["task"], r.get("variant", ""), setting, r.get("label") or r["method"], _fmt_factor(r["factor"]),
                int(float(r["length"])))  # fmt: skip
         sources.setdefault(key, []).append(r)
@@ -145,7 +142,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
     for (model, t, variant, setting, _label, f, _n, _m) in groups:
         if f:
             factors.setdefault((model, t, variant, setting), set()).add(f)
-    titles = _setting_titles({k[:4] for k in groups}, settings)
+    titles = _setting_titles({k[:4] for k in groups})
     for (model, t, variant, setting, label, f, n, metric), rows in groups.items():
         head = headline_of(t, tasks)
         primary = metric == head.metric
@@ -166,7 +163,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         else:
             trials = {d: len(per_trial.get((model, t, variant, setting, label, f, n, d), ())) for d in latest}
             cell, extra = _pooled(list(latest.values()), trials)
-        cell.source = tuple(sources.get((model, t, variant, setting, label, f, n), ()))
+        cell.source = _latest_units(sources.get((model, t, variant, setting, label, f, n), ()))
         for target in targets:
             p = tables.setdefault((model, t, variant, setting, target, not primary, metric),
                                   Pivot(model, t, variant, target, head.metric, head.higher_is_better, [], fraction=head.fraction,
@@ -214,20 +211,23 @@ def _pooled_proxy(metric: str, sources: list[dict]) -> PivotCell:
     return PivotCell(sum(values) / len(values), lo, hi, len(values))
 
 
-# Identity columns that set a table apart (the others are its axes: label, factor, length, depth).
-SETTING = ("dataset", "data_digest", "model_digest", "stride", "options", "dtype", "seed")
+def _latest_units(rows) -> tuple[dict, ...]:
+    """The rows of a cell with each unit (depth, trial, document, metric, position) once: its
+    latest run's row. A cell run twice in one table -- once with ``--metrics``, once without --
+    holds every trial twice, and the paired tests and bootstraps count a trial once."""
+    from .identity import _norm, _within
+
+    latest = {}
+    for r in rows:
+        latest[(_norm(r.get("depth", "")), *_within(r))] = r
+    return tuple(latest.values())
 
 
-def _setting(ident: dict) -> tuple:
-    """The part of a cell's identity that is neither a table axis nor the model/task/variant. A
-    stride equal to the length (truncate mode) is the usual case and reads as empty."""
-    stride = "" if ident["stride"] in ("", ident["length"]) else ident["stride"]
-    return tuple(stride if c == "stride" else ident[c] for c in SETTING)
-
-
-def _setting_titles(tables: set[tuple], settings: dict) -> dict[tuple, str]:
+def _setting_titles(tables: set[tuple]) -> dict[tuple, str]:
     """For each (model, task, variant, setting): the columns in which it differs from another
     table of the same model, task and variant, as ``chat=true, dtype bfloat16`` ("" when alone)."""
+    from .identity import SETTING
+
     siblings: dict[tuple, list[tuple]] = {}
     for key in tables:
         siblings.setdefault(key[:3], []).append(key[3])
@@ -292,12 +292,12 @@ def _add_changes(p: Pivot, baseline: str, tables: list[Pivot] = ()) -> None:
 
     if baseline not in p.rows:
         # the label may be in a table of the same task set apart by a setting (task options such as
-        # --metrics, dtype, seed): a paired comparison needs both methods' cells in one table
+        # --chat, dtype, seed; not --metrics): a paired comparison needs both methods' cells in one table
         apart = [t for t in tables if baseline in t.rows and (t.model, t.task, t.variant, t.factor) == (p.model, p.task, p.variant, p.factor)]
         if apart:
             raise UserError(f"--baseline '{baseline}' is not in '{p.title}': it is in '{apart[0].title}', a table of its own",
                             "tables are set apart by task options, dtype and seed, and a change is computed within one table: "
-                            "run the baseline with the same options (e.g. the same --metrics) or leave out --baseline")  # fmt: skip
+                            "run the baseline with the same options (e.g. the same --chat, --dtype, --seed) or leave out --baseline")  # fmt: skip
         guess = closest(baseline, p.rows)
         raise UserError(f"--baseline '{baseline}' is not a method label of '{p.title}'",
                         (f"did you mean '{guess}'? " if guess else "") + f"labels: {', '.join(p.rows)}")  # fmt: skip

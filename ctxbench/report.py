@@ -31,7 +31,7 @@ def pivots(records: list[dict], tasks=None, task=None, method=None, factor=None,
 
         shown = [r for r in records if (not task or r["task"] in task) and (not length or int(float(r["length"])) in length)
                  and (not method or baseline in (r.get("label"), r["method"]) or r.get("label") in method or r["method"] in method)]  # fmt: skip
-        add_paired(out, compare_labels(shown, baseline))  # Holm across the cells shown
+        add_paired(out, compare_labels(shown, baseline, tasks=tasks))  # Holm across the cells shown
     return out
 
 

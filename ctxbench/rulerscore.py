@@ -188,7 +188,7 @@ def _options(text: str) -> dict:
 
 def _group(p) -> tuple[tuple, tuple, dict]:
     """(suite group key, the task's own residual identity, the setting as a dict) of a pivot."""
-    from .pivot import SETTING
+    from .identity import SETTING
 
     s = dict(zip(SETTING, p.key, strict=True)) if len(p.key) == len(SETTING) else dict.fromkeys(SETTING, "")
     options = _options(s["options"])

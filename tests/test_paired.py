@@ -403,13 +403,45 @@ def test_paired_module_imports_no_numpy_at_load():
 
 
 def test_a_baseline_in_a_table_set_apart_by_options_is_named_with_the_fix():
-    """yarn run without --metrics, ntk with it: two tables; --baseline yarn on ntk's says where yarn is."""
+    """yarn run with --chat, ntk without: two tables; --baseline yarn on ntk's says where yarn is."""
     from ctxbench.report import pivots
 
-    yarn = trial_rows("yarn", [1, 0, 1, 1])
-    ntk = [{**r, "options": '{"metrics": ["answer_nll"]}'} for r in trial_rows("ntk", [1, 1, 1, 1])]
+    yarn = [{**r, "options": '{"chat": true}'} for r in trial_rows("yarn", [1, 0, 1, 1])]
+    ntk = trial_rows("ntk", [1, 1, 1, 1])
     with pytest.raises(UserError) as info:
         pivots(yarn + ntk, baseline="yarn")
     line = info.value.line()
-    assert "--baseline 'yarn' is not in" in line and "a table of its own" in line and "the same --metrics" in line, line
-    assert all(p.rows for p in pivots(yarn + [{**r, "options": yarn[0]["options"]} for r in ntk], baseline="yarn"))
+    assert "--baseline 'yarn' is not in" in line and "a table of its own" in line and "the same --chat" in line, line
+
+
+def test_metrics_only_add_rows_so_a_run_with_them_pairs_with_a_run_without():
+    """--metrics answer_nll adds rows and changes no accuracy: ntk run with it and yarn run without
+    it share one table, and the paired comparison pairs their trials (the passkey task declares
+    its --metrics as adding rows)."""
+    from ctxbench.report import pivots
+    from ctxbench.tasks import registry
+
+    yarn = trial_rows("yarn", [1, 0, 1, 0])
+    ntk = [{**r, "options": '{"metrics": ["answer_nll"]}'} for r in trial_rows("ntk", [1, 1, 1, 1])]
+    headline = [p for p in pivots(yarn + ntk, registry(), baseline="yarn") if p.headline]
+    assert len(headline) == 1 and set(headline[0].rows) == {"yarn", "ntk"}
+    cell = headline[0].rows["ntk"][2048]
+    assert cell.paired_n == 4 and cell.delta == pytest.approx(0.5)
+
+
+def test_a_cell_run_with_and_without_metrics_counts_each_trial_once():
+    """The same yarn cell in a file twice, once with --metrics: one table cell of 4 trials, its
+    latest run's rows, and a paired comparison on 4 trials (not 8, and no "two rows" error). No
+    task is installed here: --metrics is known to add rows all the same."""
+    from ctxbench.paired import compare_labels
+    from ctxbench.report import pivots
+
+    first = trial_rows("yarn", [1, 0, 1, 0])
+    again = [{**r, "options": '{"metrics": ["answer_nll"]}'} for r in trial_rows("yarn", [1, 0, 1, 0])]
+    ntk = trial_rows("ntk", [1, 1, 1, 1])
+    [table] = [p for p in pivots(first + again + ntk) if p.headline]
+    cell = table.rows["yarn"][2048]
+    assert cell.value == 0.5 and len([r for r in cell.source if r["trial"] != "all"]) == 4
+    assert all(r["options"] == again[0]["options"] for r in cell.source)
+    [c] = compare_labels(first + again + ntk, "yarn")
+    assert c.n == 4 and c.delta == pytest.approx(0.5)

@@ -50,6 +50,12 @@ class Option:
     differs from the settings' default, so an option added after files were written (``--metrics``)
     leaves the identity of every default run as it was; a row without it reads as the default.
 
+    ``adds_rows``: the option only adds rows of further metrics (``--metrics``), and the
+    headline's numbers of a cell are the same with it or without it. It stays in the cell key
+    (resume: a run that asks for the metric must compute it), but tables, paired comparisons and
+    effective lengths no longer set its values apart: a cell run with it and again without it
+    reads as one cell there, the latest run's row of each unit winning.
+
     ``aliases``: older spellings of the flag (``--depth``), accepted but hidden from ``--help``,
     with a deprecation note on stderr: a renamed option keeps its old spelling for a release.
     """
@@ -64,6 +70,7 @@ class Option:
     aliases: tuple[str, ...] = ()
     alias_parse: Callable[[Any], Any] | None = None  # how an alias reads its value, where that differs
     omit_default: bool = False  # identity only when not at its default (absent from ``options`` otherwise)
+    adds_rows: bool = False  # only adds metrics' rows: tables and paired comparisons do not set it apart
 
     @property
     def cli_flag(self) -> str:

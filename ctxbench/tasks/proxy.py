@@ -78,9 +78,10 @@ def parse_metrics(value, choices: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def metrics_option(choices: tuple[str, ...], what: str) -> Option:
-    """The ``--metrics`` option of a task: part of the cell identity only when some are chosen."""
+    """The ``--metrics`` option of a task: part of the cell identity only when some are chosen, and
+    never a table's setting (it adds rows; the headline's numbers are the same without it)."""
     return Option("metrics", f"comma list of proxy metrics to add ({', '.join(choices)}): {what}; default: none",
-                  lambda v: parse_metrics(v, choices), identity=True, omit_default=True)  # fmt: skip
+                  lambda v: parse_metrics(v, choices), identity=True, omit_default=True, adds_rows=True)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- LongPPL
