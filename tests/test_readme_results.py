@@ -84,3 +84,24 @@ def test_the_ruler_niah_tables_prompt_lengths_are_the_files():
             if r["metric"] == "score":
                 spans.setdefault(int(r["length"]), []).append(int(r["tokens"]))
     assert {_length(n): f"{min(t)}-{max(t)}" for n, t in spans.items()} == quoted
+
+
+PPL_X4 = ROOT / "results" / "ppl-smollm2-x4-1k-32k.csv"
+PPL_X4_ANCHOR = "Perplexity at factor 4 from 1k to 32k"
+
+
+def test_the_factor_4_perplexity_table_shows_the_committed_files_numbers_and_effective_lengths():
+    """Every method of results/ppl-smollm2-x4-1k-32k.csv is a row (by its label), each cell its
+    perplexity to 4 significant digits, and the last column its effective length."""
+    header, table = _readme_table(PPL_X4_ANCHOR)
+    proc = subprocess.run(["ctxbench", "report", str(PPL_X4), "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (pivot,) = [p for p in json.loads(proc.stdout) if p.get("kind") is None]
+    lengths = [str(n) for n in pivot["lengths"]]
+    assert header[1:] == [_length(int(n)) for n in lengths] + ["effective length"]
+    assert set(table) == {f"`{row['method']}`" if "(" in row["method"] else row["method"] for row in pivot["rows"]}
+    for row in pivot["rows"]:
+        cells = table[f"`{row['method']}`" if "(" in row["method"] else row["method"]]
+        for i, n in enumerate(lengths):
+            assert cells[i].replace("*", "") == f"{row['cells'][n]['value']:.4g}", (row["method"], n, cells[i])
+        assert cells[-1] == _length(row["effective_length"]), (row["method"], cells[-1])
