@@ -24,7 +24,10 @@ For each pivot (task, variant, model, factor) and method label, over its measure
   ``n`` (on the committed 1k-32k document every method, plain RoPE included, is 8-17% worse at 4k
   than at 2k), which the interval absorbs and a bare 10% rule would call a failure.
 
-``None`` when even the shortest length fails.
+``None`` when even the shortest length fails. A method measured at one length only, in a table of
+several, gets none either (``report`` shows ``—``): with one length there is no shorter base for the
+relative rule, and no measured length below it to say the method worked up to there; a yarn cell of
+70% at 16k alone would otherwise read as an effective length of 16k.
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ def annotate(pivots, threshold: float | None = None, ppl_tol: float = PPL_TOL, r
         if len(p.lengths) < 2 or not p.headline:  # a proxy's table: no effective length
             continue
         for label, cells in p.rows.items():
+            if sum(not math.isnan(c.value) for c in cells.values()) < 2:  # one length: no effective length to claim
+                continue
             intervals = {n: (c.lo, c.hi) for n, c in cells.items()}
             p.effective[label] = effective_length({n: c.value for n, c in cells.items()}, p.higher_is_better, threshold, ppl_tol, intervals)
             ci = effective_interval(cells, p.higher_is_better, threshold, ppl_tol, reps)

@@ -60,3 +60,15 @@ def test_report_shows_the_interval_beside_the_effective_length_in_every_format()
                                                           text=True, timeout=60).stdout)))  # fmt: skip
     yarn = next(r for r in rows if r["method"] == "yarn")
     assert (yarn["effective_length"], yarn["effective_lo"], yarn["effective_hi"]) == ("8192", "4096", "16384")
+
+
+def test_a_method_measured_at_one_length_has_no_effective_length(tmp_path):
+    """In a table of 2k and 16k, a label with only its 16k cell (70%) gets none: not 16k."""
+    from ctxbench.effective import annotate
+    from ctxbench.pivot import Pivot
+
+    p = Pivot("m", "niah", "single_1", "2", "accuracy", True, [2048, 16384], fraction=True)
+    p.rows = {"yarn": {2048: _trials(2048, 10), 16384: _trials(16384, 9)}, "yarn+ssmax": {16384: _trials(16384, 7)}}
+    annotate([p])
+    assert p.effective["yarn"] == 16384
+    assert p.effective.get("yarn+ssmax") is None and "yarn+ssmax" not in p.effective_ci
