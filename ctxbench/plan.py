@@ -8,7 +8,7 @@ throughput came from; the token counts hold for any model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEFAULT_TRAINED = 8192  # SmolLM2-135M's trained context, for plans made before the model loads
 LONG_RUN = 15 * 60  # seconds: above this a plan says how to make the run smaller
@@ -26,6 +26,7 @@ class JobPlan:
     auto: bool = False  # --trials auto: ``trials`` is the most a cell can run, and the plan counts them all
     flops: float = 0.0  # of every forward and decoding step of the job
     decode_flops: float = 0.0  # the decoding steps' share of ``flops``
+    done: int = 0  # cells the results file already holds: a run skips them, and the plan does not count them
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,11 @@ class Plan:
 
 
 def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "cpu", dtype: str = "float32",
-               size=None) -> Plan:  # fmt: skip
+               size=None, pending=None) -> Plan:  # fmt: skip
     """Cells, forwards, tokens and seconds per job, at the throughput known for ``model`` on
     ``device`` and ``dtype``. ``size`` (a :class:`~ctxbench.costmodel.ModelSize`) defaults to
-    ``model``'s."""
+    ``model``'s. ``pending`` (one list of cells per job, or ``None`` for the whole grid): plan only
+    those cells, the ones the results file does not hold yet (:func:`pending_items`)."""
     from .costmodel import model_size, rate_for_plan
 
     trained = trained_len or DEFAULT_TRAINED
@@ -63,8 +65,9 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
     caveat = {"config": "", "name": " (size from its name)", "assumed": " (size unknown: the default model's assumed)"}[size.source]
     basis = f"{size.name}, {basis}{caveat}"
     out = []
-    for job in jobs:
-        items = job.task.cost(job.settings, trained)
+    for i, job in enumerate(jobs):
+        todo = None if pending is None else pending[i]
+        items = job.task.cost(job.settings, trained) if todo is None else pending_items(job, todo, trained)
         rows, total_flops, total_decode = [], 0.0, 0.0
         for item in items:
             cached = item.cached + (0,) * (len(item.forwards) - len(item.cached))
@@ -81,7 +84,40 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
                            sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials=trials, auto=auto,
                            flops=total_flops, decode_flops=total_decode))  # fmt: skip
+        if todo is not None:
+            out[-1] = replace(out[-1], done=len(todo.grid) - len(todo.cells))
     return Plan(model, tuple(out), basis, rate is not None, measured)
+
+
+@dataclass(frozen=True)
+class Todo:
+    """The cells of a job's grid still to run (``cells``) out of all of them (``grid``)."""
+
+    grid: tuple
+    cells: tuple
+
+
+def pending_items(job, todo: Todo, trained_len: int) -> list:
+    """The job's cost items for the cells still to run: its task's ``cost`` of the job's settings
+    narrowed to each method entry and factor with its own lengths still to run. A task whose
+    settings have no ``methods``/``factors``/``lengths`` to narrow is costed whole (the most it can
+    cost). An item shared by the method entries (ppl's unscaled references) is counted once."""
+    if len(todo.cells) == len(todo.grid):
+        return job.task.cost(job.settings, trained_len)
+    lengths: dict[tuple, set[int]] = {}  # (method entry, factor) -> its lengths still to run
+    for c in todo.cells:
+        lengths.setdefault((c.method, c.factor), set()).add(c.length)
+    items: dict[str, object] = {}
+    for (method, factor), ns in lengths.items():
+        try:
+            settings = replace(job.settings, methods=(method,), lengths=tuple(sorted(ns)),
+                               factors=(factor,) if factor is not None else job.settings.factors)  # fmt: skip
+        except TypeError:  # a plug-in's settings: no narrowing
+            return job.task.cost(job.settings, trained_len)
+        for item in job.task.cost(settings, trained_len):
+            if item.what not in items or item.tokens > items[item.what].tokens:
+                items[item.what] = item
+    return list(items.values())
 
 
 def _minutes(seconds: float) -> str:
@@ -106,8 +142,9 @@ def print_plan(console, plan: Plan, out=None) -> None:
     run is long."""
     for j in plan.jobs:
         when = f"about {_minutes(j.seconds)}" if plan.timed else f"{j.flops:.2g} FLOPs, time unknown"
+        done = f" ({j.done} more already in the results file: skipped, not counted)" if j.done else ""
         console.print(
-            f"[bold]plan[/] {j.task}: {j.cells} cell(s), {j.forwards} forward(s), {j.tokens:,} tokens through the model, "
+            f"[bold]plan[/] {j.task}: {j.cells} cell(s){done}, {j.forwards} forward(s), {j.tokens:,} tokens through the model, "
             f"{when} (rough: {plan.basis})"
         )
         if j.auto:

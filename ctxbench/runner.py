@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
@@ -144,6 +145,9 @@ def execute(
         plan = plan_table(jobs, name, device=model.device, dtype=model.dtype) if isinstance(model, ModelConfig) else _plan_of(jobs, model)
         if show is not None:
             print_plan(show, plan, out)
+            if out is not None and os.path.exists(out) and os.path.getsize(out) > 0:
+                show.print(f"[dim]a dry run loads nothing, so it plans the whole grid: cells {out} already holds are counted "
+                           "too (a run skips them, and its plan counts only the rest)[/]", highlight=False)  # fmt: skip
         return Outcome(records=[])
     results = _results(out, resume)  # a foreign or unwritable --out fails here, before anything loads
     distributed.init(w)
@@ -160,7 +164,12 @@ def execute(
     jobs = [Job(job.task, job.task.settled(lm, job.settings)) for job in jobs]  # model-implied defaults, once
     contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
     _check_layouts(lm, jobs)  # and a method whose frequencies do not fit the model's rotary tables
-    plan = _plan_of(jobs, lm)
+    from .plan import Todo
+
+    shard = (w.rank, w.size) if w.active else None
+    whole = _plan_of(jobs, lm)  # every cell: the progress bar's tokens per cell
+    todo = [pending(lm, job, results, seed, run_id, shard, ctx) for job, ctx in zip(jobs, contexts, strict=True)]
+    plan = _plan_of(jobs, lm, [Todo(tuple(p.grid), tuple(p.todo)) for p in todo])  # only what is left to run
     if show is not None:
         print_plan(show, plan, out)
         if isinstance(model, ModelConfig) and not plan.measured and plan.flops > CALIBRATE_ABOVE:
@@ -171,8 +180,8 @@ def execute(
     try:
         with TokenProgress(show, lm.model) as progress:
             for i, job in enumerate(jobs):
-                kw = dict(seed=seed, run_id=run_id, shard=(w.rank, w.size) if w.active else None, progress=progress,
-                          planned_tokens=plan.jobs[i].tokens, ctx=contexts[i])  # fmt: skip
+                kw = dict(seed=seed, run_id=run_id, shard=shard, progress=progress, planned_tokens=whole.jobs[i].tokens,
+                          ctx=contexts[i])  # fmt: skip
                 if getattr(job.settings, "trials", None) == "auto":  # batches until the paired comparisons are decided
                     from .adaptive import run_adaptive
 
@@ -206,11 +215,12 @@ def _check_layouts(lm, jobs) -> None:
                 check_layout(lm.model, lm.geometry, method, factor)
 
 
-def _plan_of(jobs, lm):
-    """The plan of a loaded model: its own trained length and size."""
+def _plan_of(jobs, lm, pending=None):
+    """The plan of a loaded model: its own trained length and size (of only the ``pending`` cells,
+    one :class:`ctxbench.plan.Todo` per job, when given)."""
     from .plan import plan_table
 
-    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=_size_of(lm))
+    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=_size_of(lm), pending=pending)
 
 
 def _results(out, resume):
@@ -262,25 +272,28 @@ def _calibrated(show, lm, plan) -> None:
                "on this machine)[/]", highlight=False)  # fmt: skip
 
 
-def run_task(
-    lm,
-    job: Job,
-    results,
-    seed: int = 0,
-    run_id: str | None = None,
-    shard: tuple[int, int] | None = None,
-    progress=None,
-    planned_tokens: int = 0,
-    ctx=None,
-    select=None,
-) -> Outcome:
-    """Run every cell of ``job``'s grid that ``results`` does not hold yet.
+@dataclass
+class Pending:
+    """What a job's run will do, before it runs: its grid, the groups of cells this process runs,
+    which of them the results file does not hold yet, and how to write a cell's rows."""
 
-    ``select(cell) -> bool`` runs only the cells it picks (``--trials auto``'s later batches); the
-    others stay as the file holds them. ``shard`` ``(rank, world)`` runs only the groups of cells whose index is ``rank`` modulo
-    ``world``. A group that runs out of memory is retried cell by cell with smaller chunks; cells
-    that still fail become rows with ``status = oom`` and the grid goes on.
-    """
+    grid: list  # this process's cells (its shard's, when sharded)
+    full_grid: list  # every cell of the job
+    todo_groups: list  # the groups of cells still to run (each a list of cells)
+    rows_for: Callable  # (cell, measurements) -> [Row]
+    key_of: Callable  # cell -> its cell key
+    notes: list
+    short: set  # keys of cells that hold fewer trials than asked
+
+    @property
+    def todo(self) -> list:
+        return [c for g in self.todo_groups for c in g]
+
+
+def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, shard: tuple[int, int] | None = None,
+            ctx=None, select=None) -> Pending:  # fmt: skip
+    """The cells of ``job`` that ``results`` does not hold yet (see :func:`run_task`), computed the
+    way the run computes them: ``execute`` plans only these, and ``run_task`` runs them."""
     import torch
     import transformers
 
@@ -288,8 +301,7 @@ def run_task(
     from .results import Row, cell_key
 
     task = job.task
-    settings = task.settled(lm, job.settings)  # already settled by execute; a direct caller may not have
-    torch.manual_seed(seed)
+    settings = job.settings
     ctx = task.prepare(lm, settings) if ctx is None else ctx
     ctx.seed = seed
     grid = task.cells(settings, ctx)
@@ -355,16 +367,50 @@ def run_task(
     # A cell with fewer trials than now asked runs again (its trials are seeded by their index, so
     # the old ones come out the same and the new rows replace the old); one with more is kept.
     wanted = getattr(settings, "trials", None) or 0
+    wanted = wanted if isinstance(wanted, int) else 0
     chosen = set(grid) if select is None else {c for c in grid if select(c)}
     short = {keys[c] for c in chosen if 0 < done.get(keys[c], wanted) < wanted}
     todo_groups = [[c for c in g if c in chosen and (keys[c] not in done or keys[c] in short)] for g in groups]
-    # the trials the file holds for a cell that now asks for more are reused: only the missing ones run
-    ctx.kept = _kept_trials(results.records, {keys[c]: c for c in chosen if keys[c] in short}) if short else {}
     if short:
         notes.append(f"{len(short)} cell(s) in the results file hold fewer than --trials {wanted} trials: their missing trials run now")
-    todo_groups = [g for g in todo_groups if g]
+    return Pending(grid, full_grid, [g for g in todo_groups if g], rows_for, key_of, notes, short)
+
+
+def run_task(
+    lm,
+    job: Job,
+    results,
+    seed: int = 0,
+    run_id: str | None = None,
+    shard: tuple[int, int] | None = None,
+    progress=None,
+    planned_tokens: int = 0,
+    ctx=None,
+    select=None,
+) -> Outcome:
+    """Run every cell of ``job``'s grid that ``results`` does not hold yet (:func:`pending`).
+
+    ``select(cell) -> bool`` runs only the cells it picks (``--trials auto``'s later batches); the
+    others stay as the file holds them. ``shard`` ``(rank, world)`` runs only the groups of cells whose index is ``rank`` modulo
+    ``world``. A group that runs out of memory is retried cell by cell with smaller chunks; cells
+    that still fail become rows with ``status = oom`` and the grid goes on.
+    """
+    import torch
+
+    from .results import cell_key
+
+    task = job.task
+    settings = task.settled(lm, job.settings)  # already settled by execute; a direct caller may not have
+    torch.manual_seed(seed)
+    ctx = task.prepare(lm, settings) if ctx is None else ctx
+    run_id = run_id or new_run_id()
+    p = pending(lm, Job(task, settings), results, seed, run_id, shard, ctx, select)
+    grid, full_grid, todo_groups, rows_for, key_of = p.grid, p.full_grid, p.todo_groups, p.rows_for, p.key_of
+    # the trials the file holds for a cell that now asks for more are reused: only the missing ones run
+    keyed = {key_of(c): c for c in grid}
+    ctx.kept = _kept_trials(results.records, {k: keyed[k] for k in p.short}) if p.short else {}
     todo = sum(len(g) for g in todo_groups)
-    outcome = Outcome(records=[], run_id=run_id, skipped=len(grid) - todo, notes=notes)
+    outcome = Outcome(records=[], run_id=run_id, skipped=len(grid) - todo, notes=p.notes)
     outcome.keys = {key_of(c) for c in full_grid}
     if progress is not None:
         share = planned_tokens * todo / max(1, len(full_grid))

@@ -96,3 +96,44 @@ def test_a_retrieval_plan_counts_each_suffix_attending_to_the_haystack_before_it
 def test_decoding_steps_take_the_decoding_throughput():
     rate = Throughput(prefill=1e11, decode=1e9)
     assert rate.seconds(2e11, 3e9) == pytest.approx(2 + 3)
+
+
+def _ppl(methods: str, corpus_dir) -> Job:
+    task = get("ppl")
+    return Job(task, build_settings(task, methods, 2.0, "128,256", {"dataset": str(corpus_dir), "docs": "1"}))
+
+
+def test_a_resumed_run_plans_only_the_cells_the_results_file_does_not_hold(tiny_lm, corpus_dir, tmp_path, monkeypatch):
+    """A run of none,yarn, then none,yarn,ntk to the same file: the second plan counts ntk's cells
+    alone (the tokens of a plan of ntk by itself) and says that 4 more are already there."""
+    import io
+
+    from rich.console import Console
+
+    from ctxbench.runner import execute
+
+    monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path))
+    out = tmp_path / "r.csv"
+    execute([_ppl("none,yarn", corpus_dir)], tiny_lm, out)
+    shown = io.StringIO()
+    execute([_ppl("none,yarn,ntk", corpus_dir)], tiny_lm, out, console=Console(file=shown, width=400))
+    alone = plan_table([_ppl("ntk", corpus_dir)], tiny_lm.name, size=DEFAULT_SIZE).jobs[0]
+    line = next(x for x in shown.getvalue().splitlines() if x.startswith("plan ppl"))
+    expected = f"plan ppl: 2 cell(s) (4 more already in the results file: skipped, not counted), {alone.forwards} forward(s), "
+    assert line.startswith(expected + f"{alone.tokens:,} tokens through the model"), line
+
+
+def test_a_partial_plan_narrows_each_method_to_its_own_lengths_and_counts_shared_work_once(corpus_dir):
+    """ppl with --metrics kl, none at 128 and yarn at 256 left of four cells: none's item costs a
+    128-token forward, yarn's a 256-token one, and the unscaled references are one item."""
+    from ctxbench.plan import Todo, pending_items
+    from ctxbench.tasks.base import Cell
+
+    task = get("ppl")
+    job = Job(task, build_settings(task, "none,yarn", 2.0, "128,256", {"dataset": str(corpus_dir), "docs": "1", "metrics": "kl"}))
+    none, yarn = job.settings.methods
+    grid = tuple(Cell("ppl", m, f, n) for m, f in ((none, None), (yarn, 2.0)) for n in (128, 256))
+    items = pending_items(job, Todo(grid, (Cell("ppl", none, None, 128), Cell("ppl", yarn, 2.0, 256))), 8192)
+    by = {i.what: i for i in items}
+    assert by["none"].forwards == (128,) and by["yarn x2"].forwards == (256,)
+    assert [w for w in by if w.startswith("unscaled references")] == ["unscaled references (kl)"] and len(items) == 3
