@@ -122,3 +122,13 @@ def test_a_piped_report_shows_every_cell_whole(tmp_path):
     proc = subprocess.run(["ctxbench", "report", str(tmp_path / "r.csv")], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "…" not in proc.stdout and proc.stdout.count("70% [40%–89%] n=10") == 2 * len(lengths)
+
+
+def test_up_to_forty_plot_series_never_share_a_color_and_line_style():
+    """Twelve methods in one perplexity plot drew dca and yarn in the same blue: past ten colors the
+    style changes."""
+    from ctxbench.plots import series_style
+
+    styles = [tuple(sorted(series_style(i).items())) for i in range(40)]
+    assert len(set(styles)) == 40
+    assert series_style(0) == {"color": "C0", "linestyle": "-"} and series_style(10) == {"color": "C0", "linestyle": "--"}

@@ -349,7 +349,17 @@ def plots(records: list[dict], directory) -> list:
     from matplotlib import ticker
 
     from ..pivot import len_label
-    from ..plots import by_factor, extra_of, factor_of, mark_trained, ok_rows, pyplot, safe_name, save
+    from ..plots import (
+        by_factor,
+        extra_of,
+        factor_of,
+        mark_trained,
+        ok_rows,
+        pyplot,
+        safe_name,
+        save,
+        series_style,
+    )
 
     plt = pyplot()
     paths = []
@@ -359,11 +369,11 @@ def plots(records: list[dict], directory) -> list:
     for (model, factor), part in sorted(by_factor([r for r in rows if r["doc"] == "all"]).items()):
         fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
         trained = None
-        for label in sorted({r["label"] for r in part}):
+        for i, label in enumerate(sorted({r["label"] for r in part})):
             mine = sorted((r for r in part if r["label"] == label), key=lambda r: int(r["length"]))
             xs = [int(r["length"]) for r in mine]
             ys = [float(r["value"]) for r in mine]
-            line, = ax.plot(xs, ys, marker="o", label=label)
+            line, = ax.plot(xs, ys, marker="o", label=label, **series_style(i))
             lo = [bounds.get((model, label, factor_of(r), r["length"], "ppl_lo")) for r in mine]
             hi = [bounds.get((model, label, factor_of(r), r["length"], "ppl_hi")) for r in mine]
             if all(v is not None for v in lo + hi):
@@ -392,7 +402,7 @@ def plots(records: list[dict], directory) -> list:
 def position_plots(records: list[dict], directory) -> list:
     """NLL against position, one figure per (model, factor, length) that has nll_pos rows."""
     from ..pivot import len_label
-    from ..plots import by_factor, extra_of, mark_trained, ok_rows, pyplot, safe_name, save
+    from ..plots import by_factor, extra_of, mark_trained, ok_rows, pyplot, safe_name, save, series_style
 
     plt = pyplot()
     paths = []
@@ -402,10 +412,11 @@ def position_plots(records: list[dict], directory) -> list:
             mine = [r for r in part if int(r["length"]) == length]
             fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
             trained = None
-            for label in sorted({r["label"] for r in mine}):
+            for i, label in enumerate(sorted({r["label"] for r in mine})):
                 pts = sorted((_bucket(r), float(r["value"])) for r in mine if r["label"] == label)
                 xs = [(a + b) / 2 for (a, b), _ in pts]
-                ax.plot(xs, [v for _, v in pts], label=label, linewidth=1.4, marker="o" if len(pts) <= 8 else None, markersize=4)  # few buckets: show them
+                ax.plot(xs, [v for _, v in pts], label=label, linewidth=1.4, marker="o" if len(pts) <= 8 else None, markersize=4,
+                        **series_style(i))  # few buckets: show them  # fmt: skip
                 trained = trained or extra_of(mine[0]).get("trained_len")
             if trained and trained < length:
                 mark_trained(ax, trained, f"trained L = {len_label(trained)}")
