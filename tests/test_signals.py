@@ -19,13 +19,16 @@ from ctxbench.results import read_records
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_mid_run_says_what_is_kept_and_how_to_resume(tmp_path, saved_model, corpus_dir, sig, code):
     out = tmp_path / "r.csv"
-    argv = [sys.executable, "-m", "ctxbench", "ppl", "--model", str(saved_model), "--method", "none,ntk,yarn,linear,llama3",
-            "--factor", "2,4,8", "--len", "32,48,64", "--docs", "3", "--dataset", str(corpus_dir), "--out", str(out)]  # fmt: skip
+    # a grid of 78 cells in 26 groups: long enough after its first saved cell that the signal lands
+    # mid-run even when the test process is starved by a loaded machine (39 cells once finished first)
+    argv = [sys.executable, "-m", "ctxbench", "ppl", "--model", str(saved_model), "--method", "none,ntk,yarn,linear,llama3,ntk-by-parts",
+            "--factor", "2,4,8,16,32", "--len", "32,48,64", "--docs", "3", "--dataset", str(corpus_dir), "--out", str(out)]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
     deadline = time.time() + 120
     while not out.exists() and time.time() < deadline:  # the first cell is saved
         time.sleep(0.05)
     assert out.exists(), "no cell was written"
+    assert proc.poll() is None, "the run finished before the signal could be sent"
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
