@@ -105,3 +105,27 @@ def test_the_factor_4_perplexity_table_shows_the_committed_files_numbers_and_eff
         for i, n in enumerate(lengths):
             assert cells[i].replace("*", "") == f"{row['cells'][n]['value']:.4g}", (row["method"], n, cells[i])
         assert cells[-1] == _length(row["effective_length"]), (row["method"], cells[-1])
+
+
+NIAH_FILES = [str(ROOT / "results" / f) for f in ("niah-smollm2-x2-ruler.csv", "niah-smollm2-validation.csv",
+                                                   "niah-smollm2-string-16k.csv", "niah-smollm2-newmethods.csv")]  # fmt: skip
+NEW_METHODS_ANCHOR = "RULER niah `single_1` from 2k to 16k for the methods since 2024"
+NEW_METHODS_TABLES = {
+    "2": "yarn,rerope,self-extend,dca,string,yarn+ssmax,ms-poe",
+    "4": "yarn,dca,ntk-mixed(mixed_b=0.625)",
+}
+
+
+def test_the_new_methods_niah_tables_are_what_report_prints_for_the_committed_files():
+    """Each factor's table under the anchor is, line for line, the accuracy table of `ctxbench
+    report FILES --method ... --factor F --format markdown` (cells, intervals, effective lengths)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index(NEW_METHODS_ANCHOR) :]
+    for factor, methods in NEW_METHODS_TABLES.items():
+        proc = subprocess.run(["ctxbench", "report", *NIAH_FILES, "--method", methods, "--factor", factor, "--format", "markdown"],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        start = lines.index(f"#### niah single_1 accuracy — smollm2-135m, factor {factor}") + 2
+        table = lines[start : lines.index("", start)]
+        assert "\n".join(table) in section, f"factor {factor}: README table differs from\n" + "\n".join(table)
