@@ -393,7 +393,7 @@ def plots(records: list[dict], directory) -> list:
         ax.set_ylabel("perplexity (log scale; band: 95% bootstrap)")
         ax.set_title(f"ppl vs length — {model}, factor {factor or 'any'}", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, handlelength=3.5)  # long enough to show a dashed style
         save(plt, fig, directory / f"ppl-{safe_name(model)}-x{factor or 'any'}.png", paths)
     paths += position_plots(records, directory)
     return paths
@@ -424,7 +424,7 @@ def position_plots(records: list[dict], directory) -> list:
             ax.set_ylabel("mean NLL (nats)")
             ax.set_title(f"loss by position — {model}, {len_label(length)} tokens, factor {factor or 'any'}", fontsize=10)
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, handlelength=3.5)
             save(plt, fig, directory / f"nll-position-{safe_name(model)}-{len_label(length)}-x{factor or 'any'}.png", paths)
     return paths
 
