@@ -93,6 +93,12 @@ def _within(record: dict) -> tuple[str, ...]:
     return place
 
 
+def unit_key(record: dict) -> tuple[str, ...]:
+    """One unit of a cell across its depths (depth, trial, document, metric, position): where a
+    cell run twice holds the same value twice, and the later row stands for it."""
+    return (_norm(record.get("depth", "")), *_within(record))
+
+
 def cell_key(record: dict) -> tuple[str, ...]:
     """The full identity of the cell ``record`` belongs to (digests included)."""
     return tuple(field(record, c) for c in IDENTITY)

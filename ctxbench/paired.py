@@ -42,7 +42,6 @@ returns): numpy only, imported inside the functions that need it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -409,7 +408,6 @@ def paired_rows(base_rows: Sequence[dict], new_rows: Sequence[dict], *, reps: in
 # --------------------------------------------------------------------------- many cells
 
 
-
 @dataclass(frozen=True)
 class CellComparison:
     """One label against the baseline in one (model, task, variant, setting, factor, length) cell.
@@ -462,7 +460,7 @@ def _cells(records: Iterable[dict], task: Sequence[str] | str | None, tasks: dic
     that only add rows set no group apart), the later rows of each unit win (as the pivot shows
     the last run of a cell). ``tasks`` (name -> Task) says which options only add rows.
     """
-    from .identity import setting_of, uses_factor
+    from .identity import setting_of, unit_key, uses_factor
 
     names = {task} if isinstance(task, str) else (set(task) if task else None)
     groups: dict[tuple, dict[tuple[str, str], dict[tuple, dict]]] = {}
@@ -481,9 +479,7 @@ def _cells(records: Iterable[dict], task: Sequence[str] | str | None, tasks: dic
         if r.get("status", "ok") != "ok":
             failed.add((key, cell))
             continue
-        unit = (_norm(r.get("depth", "")), _norm(r.get("trial", "")), r.get("doc", ""), r.get("metric", ""), _norm(r.get("pos_start", "")),
-                json.dumps(extra_of(r).get("pos")))  # fmt: skip
-        groups.setdefault(key, {}).setdefault(cell, {})[unit] = r
+        groups.setdefault(key, {}).setdefault(cell, {})[unit_key(r)] = r
     out = {}
     for key, cells in groups.items():
         kept = {cell: list(rows.values()) for cell, rows in cells.items() if (key, cell) not in failed}

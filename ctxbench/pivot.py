@@ -215,12 +215,9 @@ def _latest_units(rows) -> tuple[dict, ...]:
     """The rows of a cell with each unit (depth, trial, document, metric, position) once: its
     latest run's row. A cell run twice in one table -- once with ``--metrics``, once without --
     holds every trial twice, and the paired tests and bootstraps count a trial once."""
-    from .identity import _norm, _within
+    from .identity import unit_key
 
-    latest = {}
-    for r in rows:
-        latest[(_norm(r.get("depth", "")), *_within(r))] = r
-    return tuple(latest.values())
+    return tuple({unit_key(r): r for r in rows}.values())
 
 
 def _setting_titles(tables: set[tuple]) -> dict[tuple, str]:

@@ -283,7 +283,7 @@ class Pending:
     rows_for: Callable  # (cell, measurements) -> [Row]
     key_of: Callable  # cell -> its cell key
     notes: list
-    short: set  # keys of cells that hold fewer trials than asked
+    short: dict  # cell key -> cell, of the cells that hold fewer trials than asked
 
     @property
     def todo(self) -> list:
@@ -369,7 +369,7 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
     wanted = getattr(settings, "trials", None) or 0
     wanted = wanted if isinstance(wanted, int) else 0
     chosen = set(grid) if select is None else {c for c in grid if select(c)}
-    short = {keys[c] for c in chosen if 0 < done.get(keys[c], wanted) < wanted}
+    short = {keys[c]: c for c in chosen if 0 < done.get(keys[c], wanted) < wanted}
     todo_groups = [[c for c in g if c in chosen and (keys[c] not in done or keys[c] in short)] for g in groups]
     if short:
         notes.append(f"{len(short)} cell(s) in the results file hold fewer than --trials {wanted} trials: their missing trials run now")
@@ -407,8 +407,7 @@ def run_task(
     p = pending(lm, Job(task, settings), results, seed, run_id, shard, ctx, select)
     grid, full_grid, todo_groups, rows_for, key_of = p.grid, p.full_grid, p.todo_groups, p.rows_for, p.key_of
     # the trials the file holds for a cell that now asks for more are reused: only the missing ones run
-    keyed = {key_of(c): c for c in grid}
-    ctx.kept = _kept_trials(results.records, {k: keyed[k] for k in p.short}) if p.short else {}
+    ctx.kept = _kept_trials(results.records, p.short) if p.short else {}
     todo = sum(len(g) for g in todo_groups)
     outcome = Outcome(records=[], run_id=run_id, skipped=len(grid) - todo, notes=p.notes)
     outcome.keys = {key_of(c) for c in full_grid}
