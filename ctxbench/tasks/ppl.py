@@ -410,7 +410,7 @@ def position_plots(records: list[dict], directory) -> list:
     for (model, factor), part in sorted(by_factor(rows).items()):
         for length in sorted({int(r["length"]) for r in part}):
             mine = [r for r in part if int(r["length"]) == length]
-            fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+            fig, ax = plt.subplots(figsize=(9.5, 4.8), dpi=120)
             trained = None
             for i, label in enumerate(sorted({r["label"] for r in mine})):
                 pts = sorted((_bucket(r), float(r["value"])) for r in mine if r["label"] == label)
@@ -424,7 +424,8 @@ def position_plots(records: list[dict], directory) -> list:
             ax.set_ylabel("mean NLL (nats)")
             ax.set_title(f"loss by position — {model}, {len_label(length)} tokens, factor {factor or 'any'}", fontsize=10)
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8, handlelength=3.5)
+            # beside the axes: the lines fill the whole height, and a legend inside hid the top one
+            ax.legend(fontsize=8, handlelength=3.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
             save(plt, fig, directory / f"nll-position-{safe_name(model)}-{len_label(length)}-x{factor or 'any'}.png", paths)
     return paths
 
