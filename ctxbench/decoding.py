@@ -72,11 +72,28 @@ class Answer:
     nll: torch.Tensor | None = None  # (k,) float32 NLL of each token of the prompt's continuation, when given
 
 
+def stop_tokens(model, tokenizer) -> tuple[int, ...]:
+    """The token ids decoding stops at: the model's generation config's ``eos_token_id`` (an id or
+    a list: what ``model.generate`` stops at) and the tokenizer's ``eos_token_id``.
+
+    Both, because they can disagree: transformers 5.17 reads SmolLM2-Instruct's GGUF tokenizer with
+    ``<|im_start|>`` as its eos while the model's generation config keeps ``<|im_end|>`` (5.24 reads
+    ``<|im_end|>`` for both). Stopping at the tokenizer's alone ran the answer on past the end of
+    the assistant's turn, where a needle later in the text could be found and scored."""
+    ids: list[int] = []
+    for source in (getattr(getattr(model, "generation_config", None), "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        for i in source if isinstance(source, (list, tuple)) else [source]:
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    return tuple(ids)
+
+
 @torch.inference_mode()
-def greedy(model, ids: torch.Tensor | None, max_new_tokens: int, eos: int | None, cache=None, finished=None,
-           logits: torch.Tensor | None = None) -> list[list[int]]:  # fmt: skip
+def greedy(model, ids: torch.Tensor | None, max_new_tokens: int, eos: int | Sequence[int] | None, cache=None,
+           finished=None, logits: torch.Tensor | None = None) -> list[list[int]]:  # fmt: skip
     """Greedy decoding of a batch ``ids`` (batch, n) continuing ``cache``; only the last
-    position's logits are computed (``logits_to_keep=1``). A row stops at ``eos``, or once
+    position's logits are computed (``logits_to_keep=1``). A row stops at ``eos`` (an id or
+    several, see :func:`stop_tokens`), or once
     ``finished(row, tokens)`` says its result can no longer change; the batch stops when all have.
     ``logits`` (batch, vocab): the prompts' last-position logits when ``cache`` already holds the
     prompts (``ids`` is then not fed)."""
@@ -88,6 +105,7 @@ def greedy(model, ids: torch.Tensor | None, max_new_tokens: int, eos: int | None
     batch = logits.shape[0]
     new: list[list[int]] = [[] for _ in range(batch)]
     done = torch.zeros(batch, dtype=torch.bool, device=logits.device)
+    stops = None if eos is None else torch.tensor([eos] if isinstance(eos, int) else list(eos), device=logits.device)
     for step in range(max_new_tokens):
         token = logits.argmax(dim=-1)  # (batch,)
         for b in range(batch):
@@ -95,8 +113,8 @@ def greedy(model, ids: torch.Tensor | None, max_new_tokens: int, eos: int | None
                 new[b].append(int(token[b]))
                 if finished is not None and finished(b, new[b]):
                     done[b] = True
-        if eos is not None:
-            done |= token == eos
+        if stops is not None:
+            done |= torch.isin(token, stops)
         if bool(done.all()) or step == max_new_tokens - 1:
             break
         logits = model(input_ids=token[:, None], **with_cache(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1]
@@ -180,7 +198,7 @@ def plan(prompts: Sequence[Sequence[int]], share: bool = True) -> Plan:
 
 
 def decode_shared(
-    model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: int | None, budget: int = CACHE_BUDGET,
+    model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: int | Sequence[int] | None, budget: int = CACHE_BUDGET,
     finished=None, share: bool = True, continuations: Sequence[Sequence[int]] | None = None,
 ) -> Iterator[Answer]:
     """Greedy answers of every prompt, yielded group by group (see the module docstring).

@@ -110,6 +110,25 @@ def test_greedy_loop_equals_generate(tiny_lm):
     assert ours == theirs.tolist()
 
 
+def test_decoding_stops_where_generate_does_when_the_tokenizer_names_another_eos(tiny_lm):
+    """transformers 5.17 gives SmolLM2's GGUF tokenizer <|im_start|> as eos while the generation
+    config says <|im_end|>: decoding stops at the generation config's eos, as generate does."""
+    from types import SimpleNamespace
+
+    from ctxbench.decoding import stop_tokens
+
+    model = tiny_lm.model
+    ids = torch.tensor([build_prompt(tiny_lm.tokenizer, 300, 0.5, 13579).ids])
+    free = greedy(model, ids, 10, eos=None)[0]
+    k = next(i for i in range(2, 10) if free[i] not in free[:i])  # a token first produced at step k >= 2
+    tokenizer = SimpleNamespace(eos_token_id=next(t for t in range(300) if t not in free))  # never produced
+    model.generation_config.eos_token_id = free[k]
+    ours = greedy(model, ids, 10, eos=stop_tokens(model, tokenizer))[0]
+    theirs = model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)[0, ids.shape[1] :]
+    assert ours == theirs.tolist() == free[: k + 1]
+    assert stop_tokens(model, tokenizer) == (free[k], tokenizer.eos_token_id)
+
+
 def test_batched_trials_decode_like_single_trials(tiny_lm):
     model = tiny_lm.model
     prompts = [build_prompt(tiny_lm.tokenizer, 300, 0.5, key) for key in (11111, 22222, 33333)]

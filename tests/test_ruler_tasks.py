@@ -60,6 +60,21 @@ def test_decoding_stops_once_the_score_cannot_change_and_scores_as_the_full_budg
     assert all(len(tokenizer(" " + r["answer"], add_special_tokens=False)["input_ids"]) == TOKENS_TO_GENERATE["niah"] for r in rows)
 
 
+def test_an_answer_ends_at_the_models_end_of_turn_even_when_the_tokenizer_names_another_eos(tokenizer):
+    """A wrong answer, the model's own end of turn (its generation config's eos, not the
+    tokenizer's), then the needle: the text after the end of turn is not the answer."""
+    from types import SimpleNamespace
+
+    settings = _settings("niah", variants="single_1", depths="0.5", trials=2, lengths="900")
+    turn_end = tokenizer.convert_tokens_to_ids("<s>")  # not the tokenizer's eos (</s>)
+    assert turn_end != tokenizer.eos_token_id
+    lm = _scripted(tokenizer, "niah", "single_1", 900, (0.5,), 2, lambda answers: " no idea<s> " + ", ".join(answers))
+    assert all(turn_end in answer for answer in lm.model.script.values())
+    lm.model.generation_config = SimpleNamespace(eos_token_id=[turn_end])
+    rows = [r for r in run_settings(lm, "niah", settings).records if r["metric"] == "score"]
+    assert [(float(r["value"]), r["answer"]) for r in rows] == [(0.0, "no idea")] * 2
+
+
 def test_a_model_that_answers_nothing_scores_zero(copying_lm):
     copying_lm.model.match = 10_000
     records = run_settings(copying_lm, "niah", _settings("niah", variants="single_1", depths="0.5", trials=2)).records

@@ -209,7 +209,7 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, 
     ``continuation(prompt) -> ids``: each entry is ``(prompt, new_tokens, seconds, nll)``, ``nll``
     the (k,) NLL of the expected answer scored in the prompt's own prefill (no second prefill), or
     None under a method that is not causal, whose prompt and answer cannot share a forward."""
-    from ..decoding import decode_shared
+    from ..decoding import decode_shared, stop_tokens
     from ..patching import applied
 
     first = next(iter(prompts_by_cell))
@@ -223,7 +223,7 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, 
     conts = [list(continuation(p)) for p in flat] if scored else None
     with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
         stop = None if finished is None else (lambda i, new: finished(flat[i], new))
-        for a in decode_shared(lm.model, [p.ids for p in flat], max_new_tokens, lm.tokenizer.eos_token_id, finished=stop,
+        for a in decode_shared(lm.model, [p.ids for p in flat], max_new_tokens, stop_tokens(lm.model, lm.tokenizer), finished=stop,
                                share=first.method.causal, continuations=conts):  # fmt: skip
             cell, t = owner[a.index]
             done[(cell, t)] = (flat[a.index], a.tokens, a.seconds) + ((a.nll,) if continuation is not None else ())
