@@ -1,9 +1,13 @@
 """Regression gate: join two results files cell by cell and flag what got worse.
 
 Compared values are each task's headline aggregates (``ppl`` over documents, ``accuracy`` per
-cell) and the effective length of every method. Cells match on their identity across machines
-(:func:`ctxbench.identity.view_key`: model and dataset names, task, variant, method label and
-parameters, factor, length, stride, depth, seed, dtype and the task options that change numbers).
+cell), the proxy metrics a cell holds in both files (``--metrics``: ``answer_nll``, ``longppl``,
+``kl``; lower is better, compared relatively) and the effective length of every method. Cells
+match on their identity across machines (:func:`ctxbench.identity.table_view_key`: model and
+dataset names, task, variant, method label and parameters, factor, length, stride, depth, seed,
+dtype and the task options that change numbers; ``--metrics`` only adds rows, so a cell run with
+it meets the cell run without it, and a proxy measured in one file only is noted, not compared).
+Where a file holds a cell twice (a rerun appended), its later rows stand for it.
 Two kinds of pair are judged differently:
 
 - **A rerun** — the cell's model and data digests are the same in both files. Same weights, same
@@ -59,27 +63,34 @@ class Change:
 
 
 def _cells(records: list[dict], tasks, across_dtypes: bool = False) -> tuple[dict, dict, dict]:
-    """Per view key: the compared row (headline aggregate, or the failure row), its interval
-    bounds, and its per-trial rows (for naming flipped trials and the paired test). With
-    ``across_dtypes`` the key's dtype is blank, so cells of two dtypes meet."""
-    from .identity import VIEW, view_key
+    """Per view key and metric: the compared row (headline or proxy aggregate, or the failure
+    row), its interval bounds, and the headline's per-trial rows (for naming flipped trials and the
+    paired test). Later rows replace earlier ones of the same cell. With ``across_dtypes`` the
+    key's dtype is blank, so cells of two dtypes meet."""
+    from .identity import VIEW, table_view_key
     from .pivot import headline_of
+    from .tasks.proxy import HIGHER_IS_BETTER
 
     at = VIEW.index("dtype")
     out, bounds, trials = {}, {}, {}
     for r in records:
-        metric = headline_of(r["task"], tasks).metric
-        view = view_key(r)
-        key = (*view[:at], "", *view[at + 1 :], metric) if across_dtypes else (*view, metric)
+        head = headline_of(r["task"], tasks).metric
+        view = table_view_key(r, tasks)
+        view = (*view[:at], "", *view[at + 1 :]) if across_dtypes else view
         aggregate = r.get("doc", "") in ("", "all") and r.get("trial", "") in ("", "all")
-        if (aggregate and r["metric"] == metric) or r["status"] != "ok":
-            out[key] = r
-        elif aggregate and r["metric"] in (metric + "_lo", metric + "_hi"):
-            bounds.setdefault(key, {})[r["metric"][len(metric) + 1 :]] = _number(r)[0]
+        name = r["metric"]
+        base_name = name[:-3] if name.endswith(("_lo", "_hi")) else name
+        if r["status"] != "ok" or (aggregate and name == head):
+            out[(*view, head)] = r
+        elif aggregate and name in HIGHER_IS_BETTER:
+            out[(*view, name)] = r
+        elif aggregate and base_name in (head, *HIGHER_IS_BETTER) and base_name != name:
+            bounds.setdefault((*view, base_name), {})[name[-2:]] = _number(r)[0]
         elif str(r.get("trial", "")).isdigit():
-            trials.setdefault(key, []).append(r)
+            trials.setdefault((*view, head), {})[_trial_key(r)] = r  # a rerun's trial replaces the earlier one
     names = [*VIEW, "metric"]
-    return {k: (dict(zip(names, k, strict=True)), r) for k, r in out.items()}, bounds, trials
+    return ({k: (dict(zip(names, k, strict=True)), r) for k, r in out.items()}, bounds,
+            {k: list(v.values()) for k, v in trials.items()})  # fmt: skip
 
 
 def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float | None = None,
@@ -88,6 +99,7 @@ def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float 
     ``across_dtypes``, cells that differ only in dtype are compared (never as reruns)."""
     from .effective import check_threshold
     from .identity import drop_partial
+    from .pivot import headline_of
     from .tasks import registry
 
     if not rtol >= 0 or math.isinf(rtol):
@@ -111,9 +123,14 @@ def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float 
                      "those are judged beyond noise, the rest as reruns")  # fmt: skip
     notes += _dtypes_met(base, new) if across_dtypes else _dtype_note(base, new)
     changes = []
+    one_sided: dict[str, int] = {}
     for key in sorted(base.keys() | new.keys(), key=lambda k: tuple(map(str, k))):
         info = (base.get(key) or new.get(key))[0]
         b, n = (base.get(key) or (None, None))[1], (new.get(key) or (None, None))[1]
+        head = _headline(info, tasks)
+        if head.metric != headline_of(info["task"], tasks).metric and (b is None or n is None):
+            one_sided[head.metric] = one_sided.get(head.metric, 0) + 1  # a proxy asked for in one run only
+            continue
         if n is None:
             changes.append(Change(info, _number(b)[0], None, "missing", "cell missing from NEW"))
             continue
@@ -131,10 +148,23 @@ def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float 
         rerun = (b["model_digest"], b["data_digest"], b["dtype"]) == (n["model_digest"], n["data_digest"], n["dtype"])
         if b["dtype"] != n["dtype"]:
             info = {**info, "dtype": f"{b['dtype']} -> {n['dtype']}"}
-        status, reason = _verdict(info, bv, nv, rtol, bci, nci, tasks, rerun, base_t.get(key, []), new_t.get(key, []))
+        status, reason = _verdict(head, bv, nv, rtol, bci, nci, rerun, base_t.get(key, []), new_t.get(key, []))
         changes.append(Change(info, bv, nv, status, reason, bci, nci))
+    notes += [f"{metric}: measured in one file only for {k} cell(s), not compared (run both with --metrics {metric})"
+              for metric, k in sorted(one_sided.items())]  # fmt: skip
     changes += _effective_changes(base_records, new_records, tasks, threshold, across_dtypes)
     return changes, notes
+
+
+def _headline(info: dict, tasks):
+    """How the compared metric reads: the task's headline, or a proxy metric (a relative number)."""
+    from .pivot import Headline, headline_of
+    from .tasks.proxy import HIGHER_IS_BETTER
+
+    head = headline_of(info["task"], tasks)
+    if info["metric"] != head.metric and info["metric"] in HIGHER_IS_BETTER:
+        return Headline(info["metric"], HIGHER_IS_BETTER[info["metric"]], False)
+    return head
 
 
 def _dtypes_met(base: dict, new: dict) -> list[str]:
@@ -181,13 +211,11 @@ def _number(record: dict | None) -> tuple[float | None, str]:
     return value, ""
 
 
-def _verdict(info, base, new, rtol, bci, nci, tasks, rerun, base_trials, new_trials) -> tuple[str, str]:
-    from .pivot import headline_of
+def _verdict(head, base, new, rtol, bci, nci, rerun, base_trials, new_trials) -> tuple[str, str]:
     from .stats import changed_beyond_noise
 
     if base is None or new is None:
         return "ok", ""
-    head = headline_of(info["task"], tasks)
     relative = not head.fraction
     delta = new - base
     worse_way = delta < 0 if head.higher_is_better else delta > 0

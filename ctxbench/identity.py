@@ -109,6 +109,14 @@ def view_key(record: dict) -> tuple[str, ...]:
     return tuple(field(record, c) for c in VIEW)
 
 
+def table_view_key(record: dict, tasks: dict | None = None) -> tuple[str, ...]:
+    """:func:`view_key` with the options that only add rows left out (as :func:`setting_of` does),
+    so a cell run with ``--metrics answer_nll`` meets the same cell run without it."""
+    key = view_key(record)
+    at = VIEW.index("options")
+    return (*key[:at], _table_options(key[at], _adds_rows(record.get("task", ""), tasks)), *key[at + 1 :])
+
+
 def row_key(record: dict) -> tuple[str, ...]:
     """One value inside a cell."""
     return (*cell_key(record), *(_norm(record.get(c, "")) for c in WITHIN))

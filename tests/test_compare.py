@@ -105,3 +105,29 @@ def test_a_shrinking_effective_length_is_worse(tmp_path):
     new = [_row(task="passkey", value=v, length=n) for n, v in ((1024, 1.0), (2048, 1.0), (4096, 0.5))]
     proc = _compare(*_files(tmp_path, base, new), "--rtol", "0.9", "--format", "markdown")
     assert proc.returncode == 1 and "effective length shrank from 4096 to 2048" in proc.stdout
+
+
+PASSKEY = {**BASE[2], "options": '{"chat": false, "digits": 5}'}  # as passkey writes them
+
+
+def _passkey_with_answer_nll(nll: float) -> list[dict]:
+    """The passkey cell of BASE run with ``--metrics answer_nll``: its accuracy and the proxy's rows."""
+    cell = {**PASSKEY, "options": '{"chat": false, "digits": 5, "metrics": ["answer_nll"]}'}
+    return [cell, *({**cell, "metric": "answer_nll" + s, "value": nll * k} for s, k in (("", 1.0), ("_lo", 0.9), ("_hi", 1.1)))]
+
+
+def test_a_cell_run_with_metrics_meets_the_same_cell_run_without(tmp_path):
+    proc = _compare(*_files(tmp_path, [*BASE[:2], PASSKEY], [*BASE[:2], *_passkey_with_answer_nll(0.1)]), "--format", "markdown")
+    assert proc.returncode == 0, proc.stdout
+    assert "| passkey | yarn | 2 | 4096 | 0.5 | accuracy | 1 | 1 | +0 | ok |" in proc.stdout  # one cell, not missing + new
+    assert "answer_nll: measured in one file only for 1 cell(s), not compared" in proc.stdout
+
+
+@pytest.mark.parametrize("nll,code,status", [(0.12, 1, "**worse**"), (0.08, 0, "better"), (0.1, 0, "ok")])
+def test_a_proxy_metric_in_both_files_is_gated_lower_being_better(tmp_path, nll, code, status):
+    base, new = _files(tmp_path, [*BASE[:2], *_passkey_with_answer_nll(0.1)], [*BASE[:2], *_passkey_with_answer_nll(nll)])
+    proc = _compare(base, new, "--format", "markdown")
+    assert proc.returncode == code, proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| passkey | yarn |") and "| answer_nll |" in ln)
+    assert f"| {status} |" in line
+
