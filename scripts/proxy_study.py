@@ -10,9 +10,13 @@ niah files, this reads
   on the same trials), when it has them all;
 * from the proxy file (``ctxbench ppl --metrics longppl,kl``): perplexity, LongPPL and the KL
   divergence to the unscaled model inside the trained length, with their intervals;
+* from the answer-NLL files (``ctxbench niah --metrics answer_nll``, default: the niah files): the
+  mean teacher-forced NLL of the needle's value at ``--len`` over the same trials, with the
+  cell's interval; a configuration whose cell holds another number of trials is left out;
 * the minutes each took on this machine (niah: the trials' own seconds; ppl: the cell's forward;
   longppl and kl: their own rows' seconds, the evaluator's reference shared by the grid included
-  once in the first configuration that paid it).
+  once in the first configuration that paid it; answer_nll is scored in the niah trials' own
+  prefills, so its minutes are the niah cell's: an upper bound, since alone it would skip decoding).
 
 Then, per proxy and target, Spearman's rho between *minus* the proxy (lower is better for all
 three) and the target, so a proxy that ranks configurations as the target does has rho near +1,
@@ -21,8 +25,8 @@ correlations as CSVs, a scatter plot, and prints both as markdown.
 
     python scripts/proxy_study.py --niah results/niah-smollm2-x2-ruler.csv \\
         results/niah-smollm2-string-16k.csv results/niah-smollm2-validation.csv \\
-        --proxies results/proxies-smollm2-16k.csv --out results/proxy-study-smollm2 \\
-        --plot results/plots/proxy-study-smollm2.png
+        --proxies results/proxies-smollm2-16k.csv --answer-nll results/niah-smollm2-gpu.csv \\
+        --out results/proxy-study-smollm2 --plot results/plots/proxy-study-smollm2.png
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from ctxbench.parsing import parse_lengths
 from ctxbench.results import read_records
 from ctxbench.stats import spearman, spearman_interval, wilson
 
-PROXIES = ("ppl", "longppl", "kl")
+PPL_PROXIES = ("ppl", "longppl", "kl")  # metrics of the ppl task
+PROXIES = (*PPL_PROXIES, "answer_nll")
 TARGETS = ("niah_16k", "effective_length")
 
 
@@ -88,11 +93,11 @@ def proxy_table(paths: list[str], length: int) -> pd.DataFrame:
     out = []
     for config, g in d.groupby("config"):
         row = {"config": config}
-        for metric in PROXIES:
+        for metric in PPL_PROXIES:
             for suffix in ("", "_lo", "_hi"):
                 hit = g[g["metric"] == metric + suffix]
                 row[metric + suffix] = float(hit["value"].iloc[0]) if len(hit) else math.nan
-        seconds = {m: g.loc[g["metric"] == m, "seconds"].dropna() for m in PROXIES}
+        seconds = {m: g.loc[g["metric"] == m, "seconds"].dropna() for m in PPL_PROXIES}
         row["ppl_min"] = float(seconds["ppl"].iloc[0]) / 60 if len(seconds["ppl"]) else math.nan
         # LongPPL scores the ppl forward's own losses on the evaluator's key tokens: its cost for one
         # configuration is that forward plus the evaluator (method-free, paid once per grid)
@@ -103,6 +108,22 @@ def proxy_table(paths: list[str], length: int) -> pd.DataFrame:
         row["kl_min"] = float(seconds["kl"].iloc[0]) / 60 if len(seconds["kl"]) else math.nan
         out.append(row)
     return pd.DataFrame(out)
+
+
+def answer_table(paths: list[str], length: int, trials: int) -> pd.DataFrame:
+    """Per configuration: the answer NLL at ``length`` (the cell's ``answer_nll`` row, its
+    interval) when the cell holds exactly ``trials`` trials, the same needles niah is read on."""
+    d = _frame(paths)
+    d = d[(d["length"] == length) & d["metric"].isin(["answer_nll", "answer_nll_lo", "answer_nll_hi"])]
+    d["config"] = [config_of(m, lb, f) for m, lb, f in zip(d["method"], d["label"], d["factor"], strict=True)]
+    out = []
+    for config, g in d.groupby("config"):
+        g = g.sort_values("time").drop_duplicates("metric", keep="last")  # a rerun's rows replace the cell's
+        row = {m: float(v) for m, v in zip(g["metric"], g["value"], strict=True)}
+        n = json.loads(g.loc[g["metric"] == "answer_nll", "extra"].iloc[0] or "{}").get("trials") if "answer_nll" in row else None
+        if n == trials:
+            out.append({"config": config, **row})
+    return pd.DataFrame(out, columns=["config", "answer_nll", "answer_nll_lo", "answer_nll_hi"])
 
 
 def correlations(table: pd.DataFrame) -> pd.DataFrame:
@@ -123,7 +144,7 @@ def plot(table: pd.DataFrame, corr: pd.DataFrame, path: str) -> None:
 
     plt = pyplot()
     from matplotlib.ticker import NullFormatter, ScalarFormatter
-    fig, axes = plt.subplots(2, len(PROXIES), figsize=(5 * len(PROXIES), 8.5), squeeze=False)
+    fig, axes = plt.subplots(2, len(PROXIES), figsize=(4.8 * len(PROXIES), 8.5), squeeze=False)
     for j, proxy in enumerate(PROXIES):
         for i, target in enumerate(TARGETS):
             ax = axes[i][j]
@@ -148,10 +169,13 @@ def plot(table: pd.DataFrame, corr: pd.DataFrame, path: str) -> None:
                 ax.set_xlim(left=-0.002, right=float(t[proxy].max()) * 1.4 if len(t) else None)  # room for the labels
             else:
                 ax.set_xscale("log")
-                ax.set_xticks([v for v in (3, 5, 10, 20, 40, 100, 200) if v <= 1.5 * float(t[proxy].max())])
+                ticks = (0.05, 0.1, 0.2, 0.5, 1, 2, 5) if proxy == "answer_nll" else (3, 5, 10, 20, 40, 100, 200)
+                ax.set_xticks([v for v in ticks if v <= 1.5 * float(t[proxy].max())])
+                ax.set_xlim(right=1.8 * float(t[proxy].max()))  # room for the rightmost labels
                 ax.xaxis.set_major_formatter(ScalarFormatter())
                 ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_xlabel({"ppl": "perplexity at 16k", "longppl": "LongPPL at 16k", "kl": "KL to unscaled, inside 8k (nats)"}[proxy])
+            ax.set_xlabel({"ppl": "perplexity at 16k", "longppl": "LongPPL at 16k", "kl": "KL to unscaled, inside 8k (nats)",
+                           "answer_nll": "needle's answer NLL at 16k (nats/token)"}[proxy])  # fmt: skip
             c = corr[(corr["proxy"] == proxy) & (corr["target"] == target)].iloc[0]
             ax.set_title(f"{proxy}: rho = {c['rho']:.2f} [{c['rho_lo']:.2f}, {c['rho_hi']:.2f}], n = {c['configs']}", fontsize=10)
             ax.grid(alpha=0.3)
@@ -164,6 +188,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--niah", nargs="+", required=True)
     ap.add_argument("--proxies", nargs="+", required=True)
+    ap.add_argument("--answer-nll", nargs="+", help="niah files with --metrics answer_nll rows (default: --niah)")
     ap.add_argument("--len", default="16k")
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--out", required=True, help="prefix: PREFIX-configs.csv and PREFIX-correlations.csv")
@@ -171,6 +196,8 @@ def main() -> None:
     a = ap.parse_args()
     length = parse_lengths(a.len)[0]
     table = niah_table(a.niah, length, a.trials).merge(proxy_table(a.proxies, length), on="config", how="left")
+    table = table.merge(answer_table(a.answer_nll or a.niah, length, a.trials), on="config", how="left")
+    table["answer_nll_min"] = table["niah_min"]  # scored in the niah trials' own prefills (see the docstring)
     table = table.sort_values("niah_16k", ascending=False, kind="mergesort")
     corr = correlations(table)
     table.to_csv(f"{a.out}-configs.csv", index=False, float_format="%.6g")
@@ -186,11 +213,11 @@ def _len(n) -> str:
 
 def readme_tables(table: pd.DataFrame, corr: pd.DataFrame) -> str:
     """The two tables as the README shows them (the correlations as ``+0.80 [-0.02, +0.98]``)."""
-    lines = ["| configuration | niah single_1 at 16k | effective length | ppl at 16k | LongPPL | KL inside 8k (nats) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = ["| configuration | niah single_1 at 16k | effective length | ppl at 16k | LongPPL | KL inside 8k (nats) | answer NLL at 16k |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for r in table.itertuples(index=False):
         niah = f"{r.niah_16k:.0%} [{r.niah_lo * 100:.0f}-{r.niah_hi:.0%}]"
-        lines.append(f"| {r.config} | {niah} | {_len(r.effective_length)} | {r.ppl:.3f} | {r.longppl:.2f} | {r.kl:.4f} |")
+        lines.append(f"| {r.config} | {niah} | {_len(r.effective_length)} | {r.ppl:.3f} | {r.longppl:.2f} | {r.kl:.4f} | {r.answer_nll:.3f} |")
     lines += ["", "| proxy | against niah at 16k | against effective length | minutes per configuration |",
               "| --- | --- | --- | ---: |"]  # fmt: skip
     for proxy in PROXIES:

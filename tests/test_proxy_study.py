@@ -46,11 +46,21 @@ def test_a_proxy_ranking_as_the_target_does_has_rho_plus_one(study):
     table = pd.DataFrame({"config": list("abcde"), "niah_16k": [0.0, 0.2, 0.5, 0.8, 1.0],
                           "effective_length": [2048, 4096, 8192, 8192, 16384],
                           "ppl": [30.0, 12.0, 8.0, 6.0, 5.0], "longppl": [1.0, 2.0, 3.0, 4.0, 5.0], "kl": [0.5] * 5,
-                          "ppl_min": [1.0] * 5, "longppl_min": [1.0] * 5, "kl_min": [1.0] * 5})  # fmt: skip
+                          "answer_nll": [5.0, 3.0, 1.0, 0.5, 0.1],
+                          "ppl_min": [1.0] * 5, "longppl_min": [1.0] * 5, "kl_min": [1.0] * 5, "answer_nll_min": [1.0] * 5})  # fmt: skip
     corr = study.correlations(table).set_index(["proxy", "target"])
     assert corr.loc[("ppl", "niah_16k"), "rho"] == pytest.approx(1.0)
     assert corr.loc[("longppl", "niah_16k"), "rho"] == pytest.approx(-1.0)
     assert pd.isna(corr.loc[("kl", "niah_16k"), "rho"])  # a constant proxy ranks nothing
+    assert corr.loc[("answer_nll", "niah_16k"), "rho"] == pytest.approx(1.0)
+
+
+def test_the_answer_nll_is_read_from_cells_holding_exactly_the_study_trials(study):
+    gpu = [str(ROOT / "results" / "niah-smollm2-gpu.csv")]
+    table = study.answer_table(gpu, 16384, 10).set_index("config")
+    assert len(table) == 13 and table.loc["yarn x2", "answer_nll"] == pytest.approx(0.674515, abs=1e-6)
+    assert table.loc["none", "answer_nll_lo"] < table.loc["none", "answer_nll"] < table.loc["none", "answer_nll_hi"]
+    assert study.answer_table(gpu, 16384, 30).empty  # those cells hold 10 trials, not the 30 asked for
 
 
 STUDY = ROOT / "results" / "proxy-study-smollm2"
@@ -59,7 +69,9 @@ NIAH = ["niah-smollm2-x2-ruler.csv", "niah-smollm2-string-16k.csv", "niah-smollm
 
 def _committed_study(study):
     table = study.niah_table([str(ROOT / "results" / f) for f in NIAH], 16384, 10)
-    return table.merge(study.proxy_table([str(ROOT / "results" / "proxies-smollm2-16k.csv")], 16384), on="config", how="left")
+    table = table.merge(study.proxy_table([str(ROOT / "results" / "proxies-smollm2-16k.csv")], 16384), on="config", how="left")
+    table = table.merge(study.answer_table([str(ROOT / "results" / "niah-smollm2-gpu.csv")], 16384, 10), on="config", how="left")
+    return table.assign(answer_nll_min=table["niah_min"])
 
 
 def test_the_committed_correlations_follow_from_the_committed_runs(study):
