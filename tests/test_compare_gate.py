@@ -162,3 +162,21 @@ def test_across_dtypes_still_fails_a_cell_that_got_worse_beyond_noise(tmp_path):
     assert proc.returncode == 1, proc.stdout
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ppl | yarn | 2 | 8192 |"))
     assert "**worse**" in line
+
+
+def _niah_cell(row: dict) -> bool:
+    return row["task"] == "niah" and row["label"] == "yarn" and row["length"] == "12288"
+
+
+def test_a_needle_whose_answer_nll_grew_fails_the_gate_though_every_trial_still_passes(tmp_path):
+    """The nightly niah cells carry ``--metrics answer_nll``: the needle's NLL 10% higher (each
+    trial's, the cell's and its interval) fails a rerun while the accuracy is unchanged."""
+    header, rows = _rows()
+    assert any(_niah_cell(r) and r["metric"] == "answer_nll" for r in rows)
+    worse = [{**r, "value": repr(float(r["value"]) * 1.1)} if _niah_cell(r) and r["metric"].startswith("answer_nll") else r
+             for r in rows]  # fmt: skip
+    proc = _compare(str(BASELINE), _write(tmp_path / "new.csv", header, worse))
+    assert proc.returncode == 1, proc.stdout
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("| niah single_1 | yarn | 2 | 12288 |")]
+    assert any("| answer_nll |" in ln and "**worse**" in ln and "+10.00%, beyond rtol" in ln for ln in lines), lines
+    assert any("| accuracy |" in ln and "| ok |" in ln for ln in lines), lines

@@ -118,7 +118,7 @@ def test_bos_auto_keeps_the_cells_of_the_committed_nightly_baseline(real_lm):
     import json
     from pathlib import Path
 
-    baseline = Path(__file__).resolve().parent.parent / "results" / "baseline-nightly.csv"
+    baseline = Path(__file__).resolve().parent / "data" / "baseline-nightly-2026-11-23.csv"  # the nightly baseline before --bos
     row = next(r for r in csv.DictReader(baseline.open()) if r["task"] == "ppl" and r["metric"] == "ppl" and r["doc"] == "all")
     settings = ppl.Settings(methods=[resolve("none")], factors=[2.0], lengths=[4096, 8192, 12288], dataset="stdlib", docs=1)
     context = ppl.prepare(real_lm, settings)
