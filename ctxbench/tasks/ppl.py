@@ -367,9 +367,11 @@ def plots(records: list[dict], directory) -> list:
     bounds = {(r["model"], r["label"], factor_of(r), r["length"], r["metric"]): float(r["value"])
               for r in records if r["task"] == "ppl" and r["metric"] in ("ppl_lo", "ppl_hi") and r["status"] == "ok"}  # fmt: skip
     for (model, factor), part in sorted(by_factor([r for r in rows if r["doc"] == "all"]).items()):
-        fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+        labels = sorted({r["label"] for r in part})
+        beside = len(labels) > 8  # a long legend inside the axes hides lines: put it beside them
+        fig, ax = plt.subplots(figsize=(9.5 if beside else 7.5, 4.8), dpi=120)
         trained = None
-        for i, label in enumerate(sorted({r["label"] for r in part})):
+        for i, label in enumerate(labels):
             mine = sorted((r for r in part if r["label"] == label), key=lambda r: int(r["length"]))
             xs = [int(r["length"]) for r in mine]
             ys = [float(r["value"]) for r in mine]
@@ -393,7 +395,8 @@ def plots(records: list[dict], directory) -> list:
         ax.set_ylabel("perplexity (log scale; band: 95% bootstrap)")
         ax.set_title(f"ppl vs length — {model}, factor {factor or 'any'}", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8, handlelength=3.5)  # long enough to show a dashed style
+        where = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0) if beside else {}
+        ax.legend(fontsize=8, handlelength=3.5, **where)  # long enough to show a dashed style
         save(plt, fig, directory / f"ppl-{safe_name(model)}-x{factor or 'any'}.png", paths)
     paths += position_plots(records, directory)
     return paths
