@@ -99,8 +99,9 @@ def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float 
     ``across_dtypes``, cells that differ only in dtype are compared (never as reruns)."""
     from .effective import check_threshold
     from .identity import drop_partial
-    from .pivot import headline_of
+    from .pivot import Headline, headline_of
     from .tasks import registry
+    from .tasks.proxy import HIGHER_IS_BETTER
 
     if not rtol >= 0 or math.isinf(rtol):
         raise UserError(f"--rtol {rtol} must be a number >= 0", "e.g. --rtol 0.02 (2%)")
@@ -127,10 +128,12 @@ def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float 
     for key in sorted(base.keys() | new.keys(), key=lambda k: tuple(map(str, k))):
         info = (base.get(key) or new.get(key))[0]
         b, n = (base.get(key) or (None, None))[1], (new.get(key) or (None, None))[1]
-        head = _headline(info, tasks)
-        if head.metric != headline_of(info["task"], tasks).metric and (b is None or n is None):
-            one_sided[head.metric] = one_sided.get(head.metric, 0) + 1  # a proxy asked for in one run only
-            continue
+        head = headline_of(info["task"], tasks)
+        if info["metric"] != head.metric:  # a proxy metric (``_cells`` keys no other): lower is better, a relative number
+            if b is None or n is None:
+                one_sided[info["metric"]] = one_sided.get(info["metric"], 0) + 1  # asked for in one run only
+                continue
+            head = Headline(info["metric"], HIGHER_IS_BETTER[info["metric"]], False)
         if n is None:
             changes.append(Change(info, _number(b)[0], None, "missing", "cell missing from NEW"))
             continue
@@ -154,17 +157,6 @@ def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float 
               for metric, k in sorted(one_sided.items())]  # fmt: skip
     changes += _effective_changes(base_records, new_records, tasks, threshold, across_dtypes)
     return changes, notes
-
-
-def _headline(info: dict, tasks):
-    """How the compared metric reads: the task's headline, or a proxy metric (a relative number)."""
-    from .pivot import Headline, headline_of
-    from .tasks.proxy import HIGHER_IS_BETTER
-
-    head = headline_of(info["task"], tasks)
-    if info["metric"] != head.metric and info["metric"] in HIGHER_IS_BETTER:
-        return Headline(info["metric"], HIGHER_IS_BETTER[info["metric"]], False)
-    return head
 
 
 def _dtypes_met(base: dict, new: dict) -> list[str]:
