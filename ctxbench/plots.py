@@ -46,6 +46,13 @@ def series_style(i: int) -> dict:
     return {"color": f"C{i % 10}", "linestyle": ("-", "--", "-.", ":")[i // 10 % 4]}
 
 
+def legend(ax, beside: bool = False) -> None:
+    """The series legend, its handles long enough to show a dashed style (:func:`series_style`);
+    ``beside``: right of the axes, for many series or lines that fill the whole height."""
+    where = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0) if beside else {}
+    ax.legend(fontsize=8, handlelength=3.5, **where)
+
+
 def mark_trained(ax, trained: int, text: str) -> None:
     ax.axvline(trained, color="grey", linestyle="--", linewidth=1)
     ax.text(trained, ax.get_ylim()[1], f" {text}", va="top", ha="left", color="grey", fontsize=8)

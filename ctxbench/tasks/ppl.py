@@ -353,6 +353,7 @@ def plots(records: list[dict], directory) -> list:
         by_factor,
         extra_of,
         factor_of,
+        legend,
         mark_trained,
         ok_rows,
         pyplot,
@@ -395,8 +396,7 @@ def plots(records: list[dict], directory) -> list:
         ax.set_ylabel("perplexity (log scale; band: 95% bootstrap)")
         ax.set_title(f"ppl vs length — {model}, factor {factor or 'any'}", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
-        where = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0) if beside else {}
-        ax.legend(fontsize=8, handlelength=3.5, **where)  # long enough to show a dashed style
+        legend(ax, beside)
         save(plt, fig, directory / f"ppl-{safe_name(model)}-x{factor or 'any'}.png", paths)
     paths += position_plots(records, directory)
     return paths
@@ -405,7 +405,17 @@ def plots(records: list[dict], directory) -> list:
 def position_plots(records: list[dict], directory) -> list:
     """NLL against position, one figure per (model, factor, length) that has nll_pos rows."""
     from ..pivot import len_label
-    from ..plots import by_factor, extra_of, mark_trained, ok_rows, pyplot, safe_name, save, series_style
+    from ..plots import (
+        by_factor,
+        extra_of,
+        legend,
+        mark_trained,
+        ok_rows,
+        pyplot,
+        safe_name,
+        save,
+        series_style,
+    )
 
     plt = pyplot()
     paths = []
@@ -427,8 +437,7 @@ def position_plots(records: list[dict], directory) -> list:
             ax.set_ylabel("mean NLL (nats)")
             ax.set_title(f"loss by position — {model}, {len_label(length)} tokens, factor {factor or 'any'}", fontsize=10)
             ax.grid(True, alpha=0.3)
-            # beside the axes: the lines fill the whole height, and a legend inside hid the top one
-            ax.legend(fontsize=8, handlelength=3.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+            legend(ax, beside=True)  # the lines fill the whole height: a legend inside hid the top one
             save(plt, fig, directory / f"nll-position-{safe_name(model)}-{len_label(length)}-x{factor or 'any'}.png", paths)
     return paths
 
