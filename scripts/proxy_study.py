@@ -19,7 +19,7 @@ niah files, this reads
   prefills, so its minutes are the niah cell's: an upper bound, since alone it would skip decoding).
 
 Then, per proxy and target, Spearman's rho between *minus* the proxy (lower is better for all
-three) and the target, so a proxy that ranks configurations as the target does has rho near +1,
+four) and the target, so a proxy that ranks configurations as the target does has rho near +1,
 with its Bonett-Wright interval (``ctxbench.stats``). Writes the per-configuration table and the
 correlations as CSVs, a scatter plot, and prints both as markdown.
 
@@ -126,6 +126,14 @@ def answer_table(paths: list[str], length: int, trials: int) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["config", "answer_nll", "answer_nll_lo", "answer_nll_hi"])
 
 
+def study_table(niah: list[str], proxies: list[str], answers: list[str], length: int, trials: int) -> pd.DataFrame:
+    """One row per configuration with niah at ``length``: its proxies joined to it, and the answer
+    NLL's minutes, which are the niah cell's (scored in the trials' own prefills; see the docstring)."""
+    table = niah_table(niah, length, trials).merge(proxy_table(proxies, length), on="config", how="left")
+    table = table.merge(answer_table(answers, length, trials), on="config", how="left")
+    return table.assign(answer_nll_min=table["niah_min"])
+
+
 def correlations(table: pd.DataFrame) -> pd.DataFrame:
     out = []
     for proxy in PROXIES:
@@ -195,9 +203,7 @@ def main() -> None:
     ap.add_argument("--plot")
     a = ap.parse_args()
     length = parse_lengths(a.len)[0]
-    table = niah_table(a.niah, length, a.trials).merge(proxy_table(a.proxies, length), on="config", how="left")
-    table = table.merge(answer_table(a.answer_nll or a.niah, length, a.trials), on="config", how="left")
-    table["answer_nll_min"] = table["niah_min"]  # scored in the niah trials' own prefills (see the docstring)
+    table = study_table(a.niah, a.proxies, a.answer_nll or a.niah, length, a.trials)
     table = table.sort_values("niah_16k", ascending=False, kind="mergesort")
     corr = correlations(table)
     table.to_csv(f"{a.out}-configs.csv", index=False, float_format="%.6g")

@@ -68,10 +68,9 @@ NIAH = ["niah-smollm2-x2-ruler.csv", "niah-smollm2-string-16k.csv", "niah-smollm
 
 
 def _committed_study(study):
-    table = study.niah_table([str(ROOT / "results" / f) for f in NIAH], 16384, 10)
-    table = table.merge(study.proxy_table([str(ROOT / "results" / "proxies-smollm2-16k.csv")], 16384), on="config", how="left")
-    table = table.merge(study.answer_table([str(ROOT / "results" / "niah-smollm2-gpu.csv")], 16384, 10), on="config", how="left")
-    return table.assign(answer_nll_min=table["niah_min"])
+    results = ROOT / "results"
+    return study.study_table([str(results / f) for f in NIAH], [str(results / "proxies-smollm2-16k.csv")],
+                             [str(results / "niah-smollm2-gpu.csv")], 16384, 10)  # fmt: skip
 
 
 def test_the_committed_correlations_follow_from_the_committed_runs(study):
