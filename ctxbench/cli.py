@@ -48,6 +48,11 @@ QUANT = typer.Option(None, "--quantization", help="8bit | 4bit (needs bitsandbyt
 DRY_RUN = typer.Option(False, "--dry-run", help="print the plan (cells, tokens, rough time) and stop; load nothing")
 
 
+def _times_L(n: int, trained_len: int = 64) -> str:
+    """A task's default length as its --help states it: L/4, L/2, L, 2L, 4L of the trained length L."""
+    return "L" if n == trained_len else (f"{n // trained_len}L" if n > trained_len else f"L/{trained_len // n}")
+
+
 def _task_command(task) -> None:
     """Register ``ctxbench NAME`` for a task: the shared options plus the task's own."""
     P = inspect.Parameter
@@ -60,7 +65,7 @@ def _task_command(task) -> None:
         P("method", P.KEYWORD_ONLY, default=METHOD, annotation=str),
         P("factor", P.KEYWORD_ONLY, default=FACTOR, annotation=str),
         opt("length", None, "--len", "-l", help="comma list of lengths in tokens (16k = 16384); default: "
-            + ("L/2, L, 2L, 4L" if len(task.default_lengths(8)) == 4 else "L/2, L, 2L") + " of the model's trained length L"),
+            + ", ".join(_times_L(n) for n in task.default_lengths(64)) + " of the model's trained length L"),
         P("param", P.KEYWORD_ONLY, default=PARAM, annotation=list[str] | None),
     ]
     for option in task.options:
