@@ -1,7 +1,19 @@
-"""ctxbench: what each RoPE context-extension method does to perplexity and retrieval at each length."""
+"""ctxbench: what each RoPE context-extension method does to perplexity and retrieval at each length.
 
-__version__ = "0.1.0"
+The Python API (:mod:`ctxbench.api`) is loaded on first use, so importing a leaf module
+(``ctxbench.errors``, ``ctxbench.parsing``) never pulls in the runner.
+"""
+from ctxbench import _compat
+from ctxbench.version import __version__
 
-from .api import load_model, load_results, run, sweep  # noqa: E402
+_compat.install()  # old module paths (ctxbench.patching, ...) keep working for one release
 
 __all__ = ["__version__", "run", "sweep", "load_model", "load_results"]
+
+
+def __getattr__(name: str):
+    if name in ("run", "sweep", "load_model", "load_results"):
+        from ctxbench import api  # on first use: the runner loads only when the API is used
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'ctxbench' has no attribute {name!r}")

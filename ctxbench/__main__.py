@@ -1,3 +1,3 @@
-from .cli import main
+from ctxbench.cli import main
 
 main()

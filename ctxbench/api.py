@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import os
 
-from .runner import DEFAULT_MODEL
+from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
+from ctxbench.results.store import COLUMNS, read_records
+from ctxbench.runner.grid import Job, ModelConfig, execute
+from ctxbench.runner.settings import build_settings, resolve_methods
+from ctxbench.runner.suite import load_suite
+from ctxbench.tasks import get
 
 
 def load_model(*args, **kwargs):
-    """Load a model once (see :func:`ctxbench.models.load`); pass it to :func:`run` or :func:`sweep`."""
-    from .models import load
+    """Load a model once (see :func:`ctxbench.model.load.load`); pass it to :func:`run` or :func:`sweep`."""
+    from ctxbench.model.load import load
 
     return load(*args, **kwargs)
 
@@ -25,7 +30,7 @@ def run(
     task: str = "ppl",
     model=DEFAULT_MODEL,
     method="none",
-    factor=1.0,
+    factor=DEFAULT_FACTOR,
     length=None,
     params: dict | None = None,
     out: str | os.PathLike | None = None,
@@ -39,9 +44,6 @@ def run(
     """Run one task over methods x factors x lengths; returns the tidy rows as a DataFrame.
     ``options`` are the task's own (e.g. ``docs=2`` for ppl, ``trials=8`` for passkey);
     ``show=True`` prints the plan, progress and summary as the CLI does."""
-    from .runner import Job, ModelConfig, execute
-    from .settings import build_settings, resolve_methods
-    from .tasks import get
 
     spec = get(task)
     settings = build_settings(spec, resolve_methods(method, params), factor, length, options)
@@ -52,8 +54,6 @@ def run(
 
 def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model=None, show: bool = False):
     """Run every job of a suite file (model loaded once, or the given one); returns all rows."""
-    from .runner import ModelConfig, execute
-    from .suite import load_suite
 
     spec = load_suite(suite)
     target = model or ModelConfig(model=spec.model, device=spec.device, dtype=spec.dtype, attn=spec.attn,
@@ -73,7 +73,6 @@ def _console(show: bool):
 def to_frame(records: list[dict]):
     import pandas as pd
 
-    from .results import COLUMNS
 
     frame = pd.DataFrame.from_records(records, columns=COLUMNS) if records else pd.DataFrame(columns=COLUMNS)
     for col in ("factor", "value", "seconds"):
@@ -85,7 +84,6 @@ def to_frame(records: list[dict]):
 
 def load_results(*paths: str | os.PathLike):
     """Read one or more ctxbench CSVs (schema-checked) into one DataFrame."""
-    from .results import read_records
 
     records = []
     for path in paths:

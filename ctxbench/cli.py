@@ -13,7 +13,8 @@ import sys
 import typer
 from rich.console import Console
 
-from .errors import UserError
+from ctxbench.defaults import DEFAULT_FACTOR
+from ctxbench.errors import UserError
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -35,7 +36,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 # Options shared by the task commands.
 MODEL = typer.Option("smollm2-135m", "--model", "-m", help="hub id, local dir, .gguf file or alias (smollm2-135m)")
 METHOD = typer.Option("none", "--method", help="comma list of methods, e.g. none,ntk,yarn or ntk+logn (see `ctxbench methods`)")
-FACTOR = typer.Option("2", "--factor", "-f", help="comma list of scale factors >= 1")
+FACTOR = typer.Option(f"{DEFAULT_FACTOR:g}", "--factor", "-f", help="comma list of scale factors >= 1")
 PARAM = typer.Option(None, "--param", "-p", help="method parameter key=value (repeatable), e.g. beta_fast=16")
 DEVICE = typer.Option("auto", "--device", help="auto | cpu | cuda")
 DTYPE = typer.Option("auto", "--dtype", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
@@ -100,9 +101,9 @@ def _task_command(task) -> None:
 
 
 def _run_task_command(task, values: dict) -> None:
-    from .parsing import parse_params
-    from .runner import Job, ModelConfig, execute
-    from .settings import build_settings, resolve_methods
+    from ctxbench.parsing import parse_params
+    from ctxbench.runner.grid import Job, ModelConfig, execute
+    from ctxbench.runner.settings import build_settings, resolve_methods
 
     options = {o.name: _with_aliases(o, values) for o in task.options}
     methods = resolve_methods(values["method"], parse_params(values["param"]))
@@ -115,8 +116,8 @@ def _run_task_command(task, values: dict) -> None:
     out = values["out"]
     execute([Job(task, settings)], config, out, values["resume"], values["seed"], console=console, dry_run=values["dry_run"])
     if values["plot"] and not values["dry_run"]:
-        from .plots import write_plots
-        from .results import read_records
+        from ctxbench.results.store import read_records
+        from ctxbench.tasks.plots import write_plots
 
         for path in write_plots(read_records(out), values["plot"]):
             console.print(f"plot: {path}")
@@ -149,7 +150,7 @@ def methods() -> None:
     """Every scaling method: parameters with defaults, type and range, formula and paper."""
     from rich.table import Table
 
-    from .methods import ALIASES, METHODS
+    from ctxbench.methods import ALIASES, METHODS
 
     table = Table(title="RoPE scaling methods (combine one frequency method with one attention method: ntk+logn)")
     for col in ("method", "kind", "parameters (default: type)", "formula", "source"):
@@ -181,9 +182,9 @@ def freqs(
     trust_remote_code: bool = TRUST,
 ) -> None:
     """Per rotary pair: inverse frequency, wavelength and scale of one or more methods."""
-    from .freqplot import COLUMNS, freq_rows
-    from .geometry import RopeGeometry
-    from .parsing import parse_factor, parse_length, parse_params
+    from ctxbench.methods.freqplot import COLUMNS, freq_rows
+    from ctxbench.model.geometry import RopeGeometry
+    from ctxbench.parsing import parse_factor, parse_length, parse_params
 
     if fmt not in ("table", "csv"):
         raise UserError(f"unknown --format '{fmt}'", "use table or csv")
@@ -193,7 +194,7 @@ def freqs(
         raise UserError(f"--plot '{plot}' is not a .png file name", "pass e.g. --plot freqs.png")
     s = parse_factor(factor)
     if model:
-        from .modelfiles import load_geometry
+        from ctxbench.model.files import load_geometry
 
         geom = load_geometry(model, trust_remote_code)
     else:
@@ -203,7 +204,7 @@ def freqs(
     seq_len = parse_length(length) if length else int(round(s * geom.trained_len))
     rows = freq_rows(method, geom, s, seq_len, parse_params(param))
     if plot:
-        from .freqplot import plot_freqs
+        from ctxbench.methods.freqplot import plot_freqs
 
         written = plot_freqs(rows, geom, s, plot, x=x_axis, title=model)
         err.print(f"plot -> {written}", style="dim")
@@ -251,8 +252,8 @@ def sweep(
     device: str | None = typer.Option(None, "--device", help="override the suite's device"),
 ) -> None:
     """Every cell of a suite file, model loaded once, resumable."""
-    from .runner import ModelConfig, execute
-    from .suite import load_suite
+    from ctxbench.runner.grid import ModelConfig, execute
+    from ctxbench.runner.suite import load_suite
 
     spec = load_suite(suite)
     target = out or spec.out or "results.csv"
@@ -266,7 +267,7 @@ def sweep(
 def _plan_table(jobs, model: str, suite: str, target: str, device: str, dtype: str) -> None:
     from rich.table import Table
 
-    from .plan import plan_table
+    from ctxbench.runner.plan import plan_table
 
     plan = plan_table(jobs, model, device=device, dtype=dtype)
     table = Table(title=f"{suite}: {model} -> {target} (rough cost: {plan.basis})")
@@ -290,9 +291,9 @@ def compare(
 ) -> None:
     """Per-cell change between two results files; exit 1 if anything got worse (a rerun on the same
     weights and data: beyond --rtol; otherwise also beyond noise), failed, went NaN or is missing."""
-    from .compare import compare as run_compare
-    from .compare import failed, pct, to_markdown
-    from .compare import fmt as show
+    from ctxbench.report.compare import compare as run_compare
+    from ctxbench.report.compare import failed, pct, to_markdown
+    from ctxbench.report.compare import fmt as show
 
     if fmt not in ("table", "markdown"):
         raise UserError(f"unknown --format '{fmt}'", "use table or markdown")
@@ -336,10 +337,10 @@ def report(
     """The pivot (method label x length per task and factor) in any format, and PNG plots; with
     RULER task rows, also RULER's suite score (the mean over its tasks per length with its task
     coverage, wAvg inc/dec, and RULER's effective length at the fixed 85.6)."""
-    from .effective import check_threshold
-    from .parsing import parse_factors, parse_lengths, split_list
-    from .report import pivots, to_csv, to_json, to_markdown
-    from .results import read_records
+    from ctxbench.parsing import parse_factors, parse_lengths, split_list
+    from ctxbench.report.effective import check_threshold
+    from ctxbench.report.formats import pivots, to_csv, to_json, to_markdown
+    from ctxbench.results.store import read_records
 
     if fmt not in ("table", "markdown", "csv", "json"):
         raise UserError(f"unknown --format '{fmt}'", "use table, markdown, csv or json")
@@ -350,8 +351,8 @@ def report(
         task=split_list(task, "--task") if task else None, method=split_list(method, "--method") if method else None,
         factor=parse_factors(factor) if factor else None, length=parse_lengths(length) if length else None,
     )
-    from .identity import drop_partial
-    from .tasks import registry
+    from ctxbench.results.identity import drop_partial
+    from ctxbench.tasks import registry
 
     tasks = registry()
     records = []
@@ -370,8 +371,8 @@ def report(
     elif fmt == "json":
         sys.stdout.write(to_json(ps))
     else:
-        from .display import pivot_table
-        from .report import ruler_tables
+        from ctxbench.report.display import pivot_table
+        from ctxbench.report.formats import ruler_tables
 
         for p in ps:
             console.print(pivot_table(p))
@@ -380,7 +381,7 @@ def report(
         if not ps:
             console.print("[yellow]no aggregate rows match[/]")
     if plot:
-        from .plots import write_plots
+        from ctxbench.tasks.plots import write_plots
 
         for path in write_plots(records, plot):
             console.print(f"plot: {path}")
@@ -396,10 +397,10 @@ def rank(
 ) -> None:
     """Methods at one length, best first, and which pairs are separated: paired tests on the same
     documents or trials, Holm-adjusted; methods sharing a letter are not separated."""
-    from .identity import drop_partial
-    from .parsing import parse_length, split_list
-    from .results import read_records
-    from .tasks import registry
+    from ctxbench.parsing import parse_length, split_list
+    from ctxbench.results.identity import drop_partial
+    from ctxbench.results.store import read_records
+    from ctxbench.tasks import registry
 
     if fmt not in ("table", "markdown", "json"):
         raise UserError(f"unknown --format '{fmt}'", "use table, markdown or json")
@@ -413,12 +414,12 @@ def rank(
     filters = {"task": split_list(task, "--task") if task else None}
     _check_filters(records, filters)
     if n not in {int(float(r["length"])) for r in records}:
-        from .pivot import len_label
+        from ctxbench.parsing import len_label
 
         have = sorted({int(float(r["length"])) for r in records})
         raise UserError(f"no cell at length {n} in these results", f"rank at one of: {', '.join(len_label(x) for x in have)}")
-    from .paired import rank as rank_methods
-    from .ranking import ranking_json, ranking_markdown, ranking_table
+    from ctxbench.report.paired import rank as rank_methods
+    from ctxbench.report.ranking import ranking_json, ranking_markdown, ranking_table
 
     rankings = rank_methods(records, n, task=filters["task"], tasks=tasks, alpha=alpha)
     if fmt == "json":
@@ -434,7 +435,7 @@ def rank(
 
 def _check_filters(records: list[dict], filters: dict) -> None:
     """A --task or --method that no row has is a typo until shown otherwise: did-you-mean."""
-    from .errors import unknown
+    from ctxbench.errors import unknown
 
     present = {
         "task": {r["task"] for r in records},
@@ -449,7 +450,7 @@ def _check_filters(records: list[dict], filters: dict) -> None:
 @app.command()
 def export(
     method: str = typer.Option(..., "--method", help="one method, e.g. yarn (see `ctxbench methods`)"),
-    factor: str = typer.Option("2", "--factor", "-f", help="scale factor >= 1"),
+    factor: str = typer.Option(f"{DEFAULT_FACTOR:g}", "--factor", "-f", help="scale factor >= 1"),
     to: str = typer.Option(..., "--to", help="transformers | vllm | llamacpp | json"),
     model: str | None = typer.Option(None, "--model", "-m", help="read the geometry from this model's config"),
     head_dim: int | None = typer.Option(None, "--head-dim", help="rotary dims d (without --model)"),
@@ -459,8 +460,8 @@ def export(
     trust_remote_code: bool = TRUST,
 ) -> None:
     """Print a method and factor as the settings of a serving engine (transformers, vLLM, llama.cpp)."""
-    from .export import export as export_text
-    from .parsing import parse_params
+    from ctxbench.methods.export import export as export_text
+    from ctxbench.parsing import parse_params
 
     text = export_text(method, factor, to, model=model, head_dim=head_dim, base=base, trained_len=trained_len,
                        params=parse_params(param), trust_remote_code=trust_remote_code)  # fmt: skip
@@ -468,7 +469,7 @@ def export(
 
 
 def _register_tasks() -> None:
-    from .tasks import registry
+    from ctxbench.tasks import registry
 
     try:
         tasks = registry()
@@ -503,7 +504,7 @@ def main() -> None:
     kept and how to resume (exit 130 / 143)."""
     import signal
 
-    from .runner import Interrupted
+    from ctxbench.runner.grid import Interrupted
 
     for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show "—" or "θ" must not turn output into a traceback
         if hasattr(stream, "reconfigure"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from .errors import UserError
+from ctxbench.errors import UserError
 
 _LENGTH = re.compile(r"^(\d+)([kKmM]?)$")
 
@@ -141,3 +141,8 @@ def parse_params(items: list[str] | None) -> dict:
         if len(set(map(repr, params[key]))) != len(params[key]):
             raise UserError(f"--param {key} lists a value twice", "list each value once")
     return params
+
+
+def len_label(n) -> str:
+    n = int(n)
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)

@@ -326,7 +326,7 @@ def changed_beyond_noise(
 # --------------------------------------------------------------------------- paired comparison (issue 22)
 #
 # Pure primitives for comparing two methods on the *same* units (documents, blocks of positions,
-# trials); :mod:`ctxbench.paired` reads result rows into units and calls these.
+# trials); :mod:`ctxbench.report.paired` reads result rows into units and calls these.
 
 EXACT_FLIPS = 16  # up to this many nonzero paired differences the sign-flip test enumerates every sign
 

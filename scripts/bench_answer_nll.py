@@ -3,7 +3,7 @@
 ctxbench: RULER ``niah`` with ``--metrics answer_nll``, where each trial's expected answer
 goes through on a copy of the prompt's cache right after its prefill and decoding continues on the
 cache itself. Naive: the same decoding without the metric, then the teacher-forced pass as a second
-walk over the same prompts (``ctxbench.decoding.score_shared``: shared prefixes once, each trial's
+walk over the same prompts (``ctxbench.model.decoding.score_shared``: shared prefixes once, each trial's
 suffix and answer again), which is how the metric ran before. Checks that the answers and the NLLs
 agree and prints the wall-time ratio and the tokens each way puts through the model.
 
@@ -19,11 +19,11 @@ from dataclasses import replace
 
 import torch
 
-from ctxbench.decoding import score_shared
-from ctxbench.models import DEFAULT_MODEL, load
-from ctxbench.patching import applied
-from ctxbench.scoring import decoder
-from ctxbench.settings import build_settings
+from ctxbench.methods.patching import applied
+from ctxbench.model.decoding import score_shared
+from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.model.scoring import decoder
+from ctxbench.runner.settings import build_settings
 from ctxbench.synthetic import build
 from ctxbench.tasks import get
 from ctxbench.tasks.common import decode_length

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 
-from ctxbench import attention
-from ctxbench.data import Tokenized, load_corpus
-from ctxbench.measure import Measured
-from ctxbench.models import DEFAULT_MODEL, load
+from ctxbench.methods import attention
+from ctxbench.methods.patching import applied
+from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.model.measure import Measured
+from ctxbench.model.scoring import token_nll
 from ctxbench.parsing import parse_lengths
-from ctxbench.patching import applied
-from ctxbench.scoring import token_nll
-from ctxbench.settings import resolve_methods
+from ctxbench.runner.settings import resolve_methods
+from ctxbench.tasks.corpus import Tokenized, load_corpus
 
 
 def main() -> None:

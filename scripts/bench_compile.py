@@ -30,12 +30,12 @@ import time
 
 import torch
 
-from ctxbench.data import Tokenized, load_corpus
 from ctxbench.methods import resolve
-from ctxbench.models import DEFAULT_MODEL, load
+from ctxbench.methods.patching import applied
+from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.model.scoring import decoder, nll_from_hidden
 from ctxbench.parsing import parse_lengths
-from ctxbench.patching import applied
-from ctxbench.scoring import decoder, nll_from_hidden
+from ctxbench.tasks.corpus import Tokenized, load_corpus
 
 MODES = ("bf16", "bf16-compile", "bf16-frozen", "fp32-compile")
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from ctxbench.models import DEFAULT_MODEL, load
-from ctxbench.runner import Job, MemoryResults, run_task
-from ctxbench.settings import build_settings
+from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.runner.grid import Job, MemoryResults, run_task
+from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
 
 

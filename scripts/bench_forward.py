@@ -3,7 +3,7 @@
 In one process: the peak of a square matmul (``--peak-size``, default 2048) in float32 and in
 bfloat16, then one forward of the default model (no output head past the last token, as
 ctxbench's chunked loss and its prefill run it) at each ``--len`` in each ``--dtype``, timed after
-a warm-up of the same shape. For each it prints the FLOPs as ``ctxbench.costmodel`` counts them,
+a warm-up of the same shape. For each it prints the FLOPs as ``ctxbench.runner.costmodel`` counts them,
 GFLOP/s, the fraction of the same dtype's measured matmul peak, and where the time goes: the
 share of self CPU time per op class from ``torch.profiler`` (matmul, attention, element-wise,
 copies and casts, other).
@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from ctxbench.costmodel import ModelSize
-from ctxbench.models import DEFAULT_MODEL, load
+from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.model.size import ModelSize
 from ctxbench.parsing import parse_lengths
 
 # Op classes by the profiler's op names (aten's, as CPU kernels report them).

@@ -4,7 +4,7 @@ Naive: for every trial, the whole prompt through ``model.generate(do_sample=Fals
 max_new_tokens=RULER's answer length)``. ctxbench: per (method, length, variant) one running KV
 cache along the haystack shared by every depth and trial, a copy per needle position, and the
 trials with equal suffix length decoded as one batch, greedy
-(:func:`ctxbench.decoding.decode_shared`), and a trial stops decoding once its score can no
+(:func:`ctxbench.model.decoding.decode_shared`), and a trial stops decoding once its score can no
 longer change (every expected answer is in its output). Checks every trial scores the same both
 ways and that ctxbench's answer is the start of the naive one; prints both wall times and their
 ratio.
@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from ctxbench.models import DEFAULT_MODEL, load
-from ctxbench.patching import applied
-from ctxbench.settings import build_settings
+from ctxbench.methods.patching import applied
+from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.runner.settings import build_settings
 from ctxbench.synthetic import build, score
 from ctxbench.tasks import get
 

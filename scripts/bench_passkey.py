@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from ctxbench.models import DEFAULT_MODEL, load
-from ctxbench.patching import applied
-from ctxbench.settings import build_settings
+from ctxbench.methods.patching import applied
+from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get, passkey
 
 

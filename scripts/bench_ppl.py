@@ -18,12 +18,12 @@ import time
 
 import torch
 
-from ctxbench.data import Tokenized, load_corpus
-from ctxbench.measure import Measured
-from ctxbench.models import DEFAULT_MODEL, load, locate
-from ctxbench.runner import Job, MemoryResults, run_task
-from ctxbench.settings import build_settings
+from ctxbench.model.load import DEFAULT_MODEL, load, locate
+from ctxbench.model.measure import Measured
+from ctxbench.runner.grid import Job, MemoryResults, run_task
+from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
+from ctxbench.tasks.corpus import Tokenized, load_corpus
 
 
 def native_rope(method: str, factor: float, geom) -> dict:

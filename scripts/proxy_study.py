@@ -6,7 +6,7 @@ niah files, this reads
 * RULER niah ``single_1`` accuracy at ``--len`` (default 16k) over trials ``0 .. --trials - 1``
   (the same needles at the same depths for every configuration; a cell holding more trials, as
   ``--trials auto`` leaves, is cut to those), with its Wilson interval;
-* its effective length over the niah lengths it has (ctxbench's rule, ``ctxbench.effective``,
+* its effective length over the niah lengths it has (ctxbench's rule, ``ctxbench.report.effective``,
   on the same trials), when it has them all;
 * from the proxy file (``ctxbench ppl --metrics longppl,kl``): perplexity, LongPPL and the KL
   divergence to the unscaled model inside the trained length, with their intervals;
@@ -37,9 +37,9 @@ import math
 
 import pandas as pd
 
-from ctxbench.effective import effective_length
 from ctxbench.methods import METHODS
 from ctxbench.parsing import parse_lengths
+from ctxbench.report.effective import effective_length
 from ctxbench.results import read_records
 from ctxbench.stats import spearman, spearman_interval, wilson
 
@@ -148,7 +148,7 @@ def correlations(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(table: pd.DataFrame, corr: pd.DataFrame, path: str) -> None:
-    from ctxbench.plots import pyplot
+    from ctxbench.tasks.plots import pyplot
 
     plt = pyplot()
     from matplotlib.ticker import NullFormatter, ScalarFormatter

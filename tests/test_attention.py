@@ -53,7 +53,7 @@ def test_unknown_combination_lists_what_combines():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_portable_kernel_equals_the_cpu_flash_kernel_with_masks_and_key_chunks(dtype, monkeypatch):
     """Rows whose keys all fall in a later chunk, a chunk fully masked for some rows, no mask."""
-    from ctxbench import attention
+    from ctxbench.methods import attention
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 20, 16, dtype=dtype) for _ in range(3))

@@ -11,9 +11,9 @@ import torch
 from transformers import BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, MptConfig
 
 from ctxbench.errors import UserError
-from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import METHODS, check_applicable, effective_params, frequencies, resolve
-from ctxbench.patching import applied
+from ctxbench.methods.patching import applied
+from ctxbench.model.geometry import RopeGeometry
 
 VOCAB, TABLE = 258, 64
 
@@ -105,7 +105,7 @@ def test_freqs_on_a_model_without_rope_says_why():
 def test_a_baseline_runs_through_the_ppl_task(tokenizer, corpus_dir):
     from conftest import run_settings
 
-    from ctxbench.models import wrap
+    from ctxbench.model.load import wrap
     from ctxbench.tasks import ppl
 
     lm = wrap(gpt2(), tokenizer, name="tiny-gpt2", digest="tiny-gpt2")

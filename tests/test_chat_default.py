@@ -11,8 +11,8 @@ import pytest
 from conftest import byte_tokenizer, run_settings, tiny_llama
 
 from ctxbench.methods import resolve
-from ctxbench.models import wrap
-from ctxbench.settings import build_settings
+from ctxbench.model.load import wrap
+from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
 from ctxbench.tasks.common import parse_chat
 

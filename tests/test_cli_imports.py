@@ -16,7 +16,7 @@ def test_importing_the_cli_pulls_in_no_torch_or_transformers():
 
 
 def test_resolving_a_method_and_parsing_values_needs_no_torch():
-    assert _imported("from ctxbench.settings import resolve_methods\nresolve_methods('none,yarn', {'beta_fast': [16, 32]})") == set()
+    assert _imported("from ctxbench.runner.settings import resolve_methods\nresolve_methods('none,yarn', {'beta_fast': [16, 32]})") == set()
 
 
 def test_freqs_from_a_geometry_computes_without_torch():

@@ -8,8 +8,8 @@ import sysconfig
 import pandas as pd
 import pytest
 
-from ctxbench.data import Tokenized, load_corpus, stdlib_corpus
 from ctxbench.errors import UserError
+from ctxbench.tasks.corpus import Tokenized, load_corpus, stdlib_corpus
 
 
 def test_builtin_corpus_is_the_stdlib_without_tests_or_site_packages():

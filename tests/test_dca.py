@@ -25,12 +25,11 @@ from conftest import logits_of, max_diff, patched_logits_of, reference_llama, un
 from reference import chunkllama_hkunlp
 from transformers import AttentionInterface
 
-from ctxbench import attention
 from ctxbench.errors import UserError
-from ctxbench.export import export
-from ctxbench.geometry import RopeGeometry
-from ctxbench.methods import effective_params, resolve
-from ctxbench.patching import applied
+from ctxbench.methods import attention, effective_params, resolve
+from ctxbench.methods.export import export
+from ctxbench.methods.patching import applied
+from ctxbench.model.geometry import RopeGeometry
 
 TRAINED = 64
 N = 5 * TRAINED  # past the trained length

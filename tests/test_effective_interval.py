@@ -9,8 +9,8 @@ import math
 import subprocess
 from pathlib import Path
 
-from ctxbench.effective import effective_interval, effective_length
-from ctxbench.pivot import PivotCell
+from ctxbench.report.effective import effective_interval, effective_length
+from ctxbench.report.pivot import PivotCell
 
 
 def _trials(length: int, correct: int, n: int = 10) -> PivotCell:
@@ -64,8 +64,8 @@ def test_report_shows_the_interval_beside_the_effective_length_in_every_format()
 
 def test_a_method_measured_at_one_length_has_no_effective_length(tmp_path):
     """In a table of 2k and 16k, a label with only its 16k cell (70%) gets none: not 16k."""
-    from ctxbench.effective import annotate
-    from ctxbench.pivot import Pivot
+    from ctxbench.report.effective import annotate
+    from ctxbench.report.pivot import Pivot
 
     p = Pivot("m", "niah", "single_1", "2", "accuracy", True, [2048, 16384], fraction=True)
     p.rows = {"yarn": {2048: _trials(2048, 10), 16384: _trials(16384, 9)}, "yarn+ssmax": {16384: _trials(16384, 7)}}

@@ -17,9 +17,9 @@ import torch
 from test_patching import FACTOR, TRAINED, N, assert_close, llama, logits, patched_logits
 
 from ctxbench.errors import UserError
-from ctxbench.export import ENGINES, SUPPORTED, export, export_settings
-from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import METHODS, frequencies, resolve
+from ctxbench.methods.export import ENGINES, SUPPORTED, export, export_settings
+from ctxbench.model.geometry import RopeGeometry
 
 GEOM = dict(head_dim=16, base=10000.0, trained_len=TRAINED)  # the tiny Llama of test_patching
 LONG = [1.0 + 0.75 * i for i in range(8)]
@@ -208,7 +208,7 @@ def test_dynamic_native_model_is_not_exported_to_vllm(tmp_path):
 
 def test_every_engine_is_listed_and_export_imports_nothing_heavy():
     assert ENGINES == ("transformers", "vllm", "llamacpp", "json")
-    tree = ast.parse(Path(__file__).parents[1].joinpath("ctxbench/export.py").read_text())
+    tree = ast.parse(Path(__file__).parents[1].joinpath("ctxbench/methods/export.py").read_text())
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     names = {a.name for n in top for a in n.names} | {n.module or "" for n in top if isinstance(n, ast.ImportFrom)}
     assert not names & {"torch", "transformers", "numpy", "pandas", "methods", "models", "geometry"}

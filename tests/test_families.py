@@ -27,7 +27,7 @@ from test_patching import (
 )
 
 from ctxbench.errors import UserError
-from ctxbench.geometry import RopeGeometry
+from ctxbench.model.geometry import RopeGeometry
 
 # family -> (config class, model class, config kwargs); head dim 16 (or 32 with partial rotary), GQA where the family has it
 FAMILIES = {
@@ -148,7 +148,7 @@ def test_per_layer_type_rope_is_read_for_the_full_attention_layers():
 def test_rotary_module_of_another_size_is_a_user_error_not_a_mis_patch(ids):
     """A model whose rotary module holds more frequencies than the geometry says (as with proportional RoPE)."""
     from ctxbench.methods import resolve
-    from ctxbench.patching import applied
+    from ctxbench.methods.patching import applied
 
     model = build("olmo")
     geom = geometry(model)

@@ -1,4 +1,4 @@
-"""ctxbench.freqplot: per-pair frequency rows and the inspector figure."""
+"""ctxbench.methods.freqplot: per-pair frequency rows and the inspector figure."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from ctxbench.errors import UserError
-from ctxbench.freqplot import COLUMNS, freq_rows, plot_freqs
-from ctxbench.geometry import RopeGeometry
+from ctxbench.methods.freqplot import COLUMNS, freq_rows, plot_freqs
+from ctxbench.model.geometry import RopeGeometry
 
 GEOM = RopeGeometry(head_dim=64, rotary_dim=64, base=10000, trained_len=2048)
 METHODS = ["none", "linear", "ntk", "yarn", "llama3"]
@@ -159,7 +159,7 @@ def test_cli_plot_writes_a_png_and_keeps_stdout_clean(tmp_path):
 
 
 def test_model_geometry_is_read_once_and_cached_by_file(saved_model, tmp_path, monkeypatch):
-    from ctxbench import modelfiles
+    from ctxbench.model import files as modelfiles
 
     monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path / "cache"))
     reads = []

@@ -16,7 +16,7 @@ from conftest import save_with_tokenizer, tiny_llama
 from safetensors.torch import load_file, save_file
 
 from ctxbench.errors import UserError
-from ctxbench.modelfiles import check_safetensors
+from ctxbench.model.files import check_safetensors
 from ctxbench.results import COLUMNS
 
 

@@ -15,8 +15,8 @@ import pytest
 from ctxbench.errors import UserError
 from ctxbench.methods import METHODS, resolve
 from ctxbench.results import COLUMNS
-from ctxbench.settings import check_attn, resolve_methods
-from ctxbench.suite import load_suite
+from ctxbench.runner.settings import check_attn, resolve_methods
+from ctxbench.runner.suite import load_suite
 
 GEOMETRY = ["--head-dim", "64", "--base", "1e4", "--trained-len", "4k"]  # 32 rotary pairs
 PAIRS = 32
@@ -459,7 +459,7 @@ def test_kernels_that_run_anywhere_are_accepted_on_the_cpu(attn):
 
 
 def test_checking_sdpa_imports_no_torch():
-    code = "import sys; from ctxbench.settings import check_attn; check_attn('sdpa', 'auto'); print('torch' in sys.modules)"
+    code = "import sys; from ctxbench.runner.settings import check_attn; check_attn('sdpa', 'auto'); print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
@@ -492,8 +492,8 @@ def test_a_bracketed_factor_list_is_one_value_not_a_grid(workdir, monkeypatch, c
 def test_factor_files_are_a_grid_and_a_file_runs(workdir):
     settings = resolve_methods("longrope", {"factors": ["good.json", "flat.json"]})
     assert [s.param_dict["factors"] for s in settings] == ["good.json", "flat.json"]
-    from ctxbench.freqplot import freq_rows
-    from ctxbench.geometry import RopeGeometry
+    from ctxbench.methods.freqplot import freq_rows
+    from ctxbench.model.geometry import RopeGeometry
 
     geom = RopeGeometry(head_dim=64, rotary_dim=64, base=1e4, trained_len=4096)
     rows = freq_rows("longrope", geom, 2.0, 8192, {"factors": "good.json"})

@@ -15,9 +15,9 @@ import pytest
 from conftest import run_settings
 
 from ctxbench.errors import UserError
-from ctxbench.identity import cell_key, finished
 from ctxbench.results import COLUMNS, ResultsFile, read_records
-from ctxbench.settings import build_settings
+from ctxbench.results.identity import cell_key, finished
+from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
 
 OLD = Path(__file__).parent / "data" / "results-0.1.0.csv"  # written by ctxbench 0.1.0 (commit 3c62b43)

@@ -19,9 +19,9 @@ import transformers
 from conftest import save_with_tokenizer
 
 from ctxbench.errors import UserError
-from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import resolve
-from ctxbench.patching import applied
+from ctxbench.methods.patching import applied
+from ctxbench.model.geometry import RopeGeometry
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -249,7 +249,7 @@ def test_cli_refusal_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
 def test_the_cost_model_counts_each_layers_own_head_dim_on_a_model_whose_layers_differ():
     """Gemma 4's config refuses a global head_dim (AmbiguousGlobalPerLayerAttributeError); the plan
     reads each layer's: sliding layers at head dim 16, full ones at 32."""
-    from ctxbench.costmodel import ModelSize
+    from ctxbench.model.size import ModelSize
 
     cfg = transformers.Gemma4TextConfig(
         hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32, num_hidden_layers=2,

@@ -20,8 +20,8 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ctxbench.errors import UserError
-from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import METHODS, frequencies, resolve
+from ctxbench.model.geometry import RopeGeometry
 from ctxbench.parsing import parse_factor
 
 HEAD_DIMS = [64, 80, 128]

@@ -31,13 +31,12 @@ import torch
 from conftest import tiny_llama as conftest_tiny_llama
 from reference import mspoe_vita
 
-from ctxbench import attention
-from ctxbench.decoding import decode_shared, greedy, score_shared, with_cache
 from ctxbench.errors import UserError
-from ctxbench.export import export
-from ctxbench.geometry import RopeGeometry
-from ctxbench.methods import effective_params, resolve
-from ctxbench.patching import applied
+from ctxbench.methods import attention, effective_params, resolve
+from ctxbench.methods.export import export
+from ctxbench.methods.patching import applied
+from ctxbench.model.decoding import decode_shared, greedy, score_shared, with_cache
+from ctxbench.model.geometry import RopeGeometry
 
 TRAINED = 64
 N = 4 * TRAINED  # past the trained length

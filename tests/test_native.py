@@ -14,8 +14,8 @@ import torch
 from test_patching import FACTOR, TRAINED, N, assert_close, geometry, llama, logits, patched_logits
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import effective_params, frequencies, resolve
+from ctxbench.model.geometry import RopeGeometry
 
 LONG = [1.0 + 0.75 * i for i in range(8)]
 SHORT = [1.0 + 0.05 * i for i in range(8)]

@@ -21,10 +21,10 @@ from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from ctxbench.errors import UserError
-from ctxbench.export import SUPPORTED, WHY, export, export_settings
-from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import METHODS, frequencies, numpy_namespace, query_scale, resolve
-from ctxbench.patching import applied
+from ctxbench.methods.export import SUPPORTED, WHY, export, export_settings
+from ctxbench.methods.patching import applied
+from ctxbench.model.geometry import RopeGeometry
 
 HEAD_DIMS = [64, 80, 128]
 BASES = [1e4, 1e5, 5e5]

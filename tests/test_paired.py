@@ -1,4 +1,4 @@
-"""ctxbench.paired and the paired primitives of ctxbench.stats: McNemar and the sign-flip test
+"""ctxbench.report.paired and the paired primitives of ctxbench.stats: McNemar and the sign-flip test
 against scipy, Holm and the letter display against hand-computed cases, paired against unpaired
 intervals on synthetic rows and on the committed perplexity file, bad input."""
 
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from ctxbench import paired as paired_mod
 from ctxbench.errors import UserError
-from ctxbench.paired import compare_labels, paired_ppl, paired_retrieval, rank
+from ctxbench.report import paired as paired_mod
+from ctxbench.report.paired import compare_labels, paired_ppl, paired_retrieval, rank
 from ctxbench.stats import (
     bootstrap_ppl,
     compact_letters,
@@ -326,7 +326,7 @@ def test_compare_labels_factored_baseline_meets_factor_free_label_at_each_factor
 def test_a_factor_free_method_is_compared_with_the_baseline_at_each_tables_own_factor():
     # none (factor-free) appears in the factor-2 and the factor-4 table: each shows its paired
     # difference against that table's yarn, not the last factor's (4/6 worse at 2, 1/6 better at 4)
-    from ctxbench.report import pivots
+    from ctxbench.report.formats import pivots
 
     tables = {p.factor: p for p in pivots(_file(), baseline="yarn") if p.headline}
     assert tables["2"].rows["none"][2048].delta == pytest.approx(-4 / 6)
@@ -393,18 +393,18 @@ def test_committed_ppl_file_paired_interval_at_least_5x_narrower():
 
 
 def test_paired_module_imports_no_numpy_at_load():
-    tree = ast.parse((ROOT / "ctxbench" / "paired.py").read_text())
+    tree = ast.parse((ROOT / "ctxbench" / "report" / "paired.py").read_text())
     top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
     top |= {(n.module or "").split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) if n.level == 0}
-    assert top <= {"__future__", "json", "math", "collections", "dataclasses"}, top
-    code = "import sys, ctxbench.paired; print('numpy' in sys.modules)"
+    assert top <= {"__future__", "json", "math", "collections", "dataclasses", "ctxbench"}, top  # ctxbench: its own light modules
+    code = "import sys, ctxbench.report.paired; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
 
 
 def test_a_baseline_in_a_table_set_apart_by_options_is_named_with_the_fix():
     """yarn run with --chat, ntk without: two tables; --baseline yarn on ntk's says where yarn is."""
-    from ctxbench.report import pivots
+    from ctxbench.report.formats import pivots
 
     yarn = [{**r, "options": '{"chat": true}'} for r in trial_rows("yarn", [1, 0, 1, 1])]
     ntk = trial_rows("ntk", [1, 1, 1, 1])
@@ -418,7 +418,7 @@ def test_metrics_only_add_rows_so_a_run_with_them_pairs_with_a_run_without():
     """--metrics answer_nll adds rows and changes no accuracy: ntk run with it and yarn run without
     it share one table, and the paired comparison pairs their trials (the passkey task declares
     its --metrics as adding rows)."""
-    from ctxbench.report import pivots
+    from ctxbench.report.formats import pivots
     from ctxbench.tasks import registry
 
     yarn = trial_rows("yarn", [1, 0, 1, 0])
@@ -433,8 +433,8 @@ def test_a_cell_run_with_and_without_metrics_counts_each_trial_once():
     """The same yarn cell in a file twice, once with --metrics: one table cell of 4 trials, its
     latest run's rows, and a paired comparison on 4 trials (not 8, and no "two rows" error). No
     task is installed here: --metrics is known to add rows all the same."""
-    from ctxbench.paired import compare_labels
-    from ctxbench.report import pivots
+    from ctxbench.report.formats import pivots
+    from ctxbench.report.paired import compare_labels
 
     first = trial_rows("yarn", [1, 0, 1, 0])
     again = [{**r, "options": '{"metrics": ["answer_nll"]}'} for r in trial_rows("yarn", [1, 0, 1, 0])]

@@ -9,11 +9,11 @@ import pytest
 import torch
 from conftest import run_settings
 
-from ctxbench.decoding import decode_shared, greedy, plan
-from ctxbench.decoding import extend as prefix_cache
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
-from ctxbench.patching import applied
+from ctxbench.methods.patching import applied
+from ctxbench.model.decoding import decode_shared, greedy, plan
+from ctxbench.model.decoding import extend as prefix_cache
 from ctxbench.results import read_records
 from ctxbench.tasks import passkey
 from ctxbench.tasks.base import Context
@@ -115,7 +115,7 @@ def test_decoding_stops_where_generate_does_when_the_tokenizer_names_another_eos
     config says <|im_end|>: decoding stops at the generation config's eos, as generate does."""
     from types import SimpleNamespace
 
-    from ctxbench.decoding import stop_tokens
+    from ctxbench.model.decoding import stop_tokens
 
     model = tiny_lm.model
     ids = torch.tensor([build_prompt(tiny_lm.tokenizer, 300, 0.5, 13579).ids])

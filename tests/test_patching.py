@@ -33,11 +33,10 @@ from transformers import (
 )
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from ctxbench import attention
 from ctxbench.errors import UserError
-from ctxbench.geometry import RopeGeometry
-from ctxbench.methods import resolve
-from ctxbench.patching import applied, rotary_modules
+from ctxbench.methods import attention, resolve
+from ctxbench.methods.patching import applied, rotary_modules
+from ctxbench.model.geometry import RopeGeometry
 
 N = 4 * TRAINED  # sequence length of every check: four times the trained context (64)
 FACTOR = 4.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_llama
 
-from ctxbench.costmodel import (
+from ctxbench.runner.costmodel import (
     DEFAULT_CPU,
     DEFAULT_CPU_RATE,
     DEFAULT_SIZE,
@@ -15,9 +15,9 @@ from ctxbench.costmodel import (
     measured_rate,
     rate_for_plan,
 )
-from ctxbench.plan import plan_table
-from ctxbench.runner import Job
-from ctxbench.settings import build_settings
+from ctxbench.runner.grid import Job
+from ctxbench.runner.plan import plan_table
+from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
 
 
@@ -110,7 +110,7 @@ def test_a_resumed_run_plans_only_the_cells_the_results_file_does_not_hold(tiny_
 
     from rich.console import Console
 
-    from ctxbench.runner import execute
+    from ctxbench.runner.grid import execute
 
     monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path))
     out = tmp_path / "r.csv"
@@ -126,7 +126,7 @@ def test_a_resumed_run_plans_only_the_cells_the_results_file_does_not_hold(tiny_
 def test_a_partial_plan_narrows_each_method_to_its_own_lengths_and_counts_shared_work_once(corpus_dir):
     """ppl with --metrics kl, none at 128 and yarn at 256 left of four cells: none's item costs a
     128-token forward, yarn's a 256-token one, and the unscaled references are one item."""
-    from ctxbench.plan import Todo, pending_items
+    from ctxbench.runner.plan import Todo, pending_items
     from ctxbench.tasks.base import Cell
 
     task = get("ppl")

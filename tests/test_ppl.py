@@ -10,13 +10,13 @@ import pytest
 import torch
 from conftest import TRAINED, run_settings, tiny_llama
 
-from ctxbench import scoring
 from ctxbench.api import to_frame
-from ctxbench.data import Tokenized, load_corpus
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
-from ctxbench.patching import applied
+from ctxbench.methods.patching import applied
+from ctxbench.model import scoring
 from ctxbench.tasks import ppl
+from ctxbench.tasks.corpus import Tokenized, load_corpus
 
 
 def _settings(corpus_dir, methods=("none",), factors=(2.0,), lengths=(32, 100, 200), **kw):

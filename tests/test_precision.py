@@ -15,11 +15,11 @@ import pytest
 import torch
 from conftest import tiny_llama
 
-from ctxbench.decoding import extend
-from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import resolve
-from ctxbench.patching import applied
-from ctxbench.scoring import token_nll
+from ctxbench.methods.patching import applied
+from ctxbench.model.decoding import extend
+from ctxbench.model.geometry import RopeGeometry
+from ctxbench.model.scoring import token_nll
 
 N = 384  # past the tiny model's trained 256: the methods are doing something
 LOW = {"bfloat16": torch.bfloat16, "float16": torch.float16}

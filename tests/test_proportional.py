@@ -21,9 +21,9 @@ from transformers import LlamaConfig, StableLmConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from ctxbench.errors import UserError
-from ctxbench.export import SUPPORTED, export, rope_parameters
-from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import frequencies, numpy_namespace, resolve
+from ctxbench.methods.export import SUPPORTED, export, rope_parameters
+from ctxbench.model.geometry import RopeGeometry
 
 HEAD_DIMS = [16, 64, 80, 128, 256]
 PROPORTIONS = [0.25, 0.3, 0.5, 0.75, 1.0]
@@ -95,7 +95,7 @@ def test_numpy_frequencies_equal_the_torch_ones():
 
 def test_freqs_shows_unrotated_pairs_as_never_turning_and_plots_the_rest(tmp_path):
     """``ctxbench freqs``: a pair with frequency 0 has wavelength and scale ``inf`` (no division by zero)."""
-    from ctxbench.freqplot import freq_rows, plot_freqs
+    from ctxbench.methods.freqplot import freq_rows, plot_freqs
 
     g = RopeGeometry(64, 64, 1e4, 2048)
     rows = freq_rows("proportional,linear", g, 4.0, params={"partial_rotary_factor": 0.25})

@@ -12,13 +12,13 @@ import torch
 import torch.nn.functional as F
 from conftest import TRAINED, byte_tokenizer, run_settings, tiny_llama
 
-from ctxbench.data import Tokenized, load_corpus
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
-from ctxbench.models import wrap
-from ctxbench.patching import applied
+from ctxbench.methods.patching import applied
+from ctxbench.model.load import wrap
 from ctxbench.results import read_records
 from ctxbench.tasks import get, passkey, ppl, proxy
+from ctxbench.tasks.corpus import Tokenized, load_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -192,7 +192,7 @@ def test_kl_keeps_the_unscaled_hidden_states_once_per_document(counting_lm, corp
 
 
 def test_kl_never_builds_logits_for_more_than_a_chunk_of_positions(tiny_lm, corpus_dir, monkeypatch):
-    from ctxbench import scoring
+    from ctxbench.model import scoring
 
     widths = []
     real = scoring.head_logits
@@ -255,7 +255,7 @@ def test_passkey_answer_nll_equals_one_full_forward_per_trial(peaked_lm, label):
 
 
 def test_niah_answer_nll_equals_one_full_forward_per_trial(peaked_lm):
-    from ctxbench.settings import build_settings
+    from ctxbench.runner.settings import build_settings
     from ctxbench.synthetic import build
 
     settings = build_settings(get("niah"), [resolve("yarn")], 2.0, "800", {"variants": "single_1,multivalue", "trials": 2, "metrics": "answer_nll"})
@@ -293,7 +293,7 @@ def test_raising_trials_keeps_the_answer_nll_of_the_trials_already_run(tiny_lm, 
 
 
 def test_a_default_run_keeps_its_options_and_cell_keys(tiny_lm, corpus_dir, tmp_path):
-    from ctxbench.identity import cell_key
+    from ctxbench.results.identity import cell_key
 
     out = tmp_path / "pk.csv"
     default = passkey.Settings(methods=(resolve("none"),), factors=(2.0,), lengths=(300,), depths=(0.5,), trials=1)
@@ -322,7 +322,7 @@ def test_metrics_parse_in_a_canonical_order_and_refuse_unknown_names():
 
 
 def test_a_suite_section_takes_metrics(tmp_path):
-    from ctxbench.suite import load_suite
+    from ctxbench.runner.suite import load_suite
 
     path = tmp_path / "s.toml"
     path.write_text('model = "smollm2-135m"\n[ppl]\nlengths = ["1k"]\nmetrics = ["kl", "longppl"]\n[passkey]\nlengths = ["1k"]\nmetrics = "answer_nll"\n')
@@ -347,7 +347,7 @@ def test_plans_count_the_reference_forwards():
 
 
 def _report_pivots(records, **kw):
-    from ctxbench.report import pivots
+    from ctxbench.report.formats import pivots
 
     return pivots(records, **kw)
 
@@ -387,7 +387,7 @@ def test_answer_nll_over_several_depths_is_the_mean_of_every_trial_with_a_bootst
 
 
 def test_every_report_format_carries_the_proxy_tables(peaked_lm, corpus_dir):
-    from ctxbench.report import to_csv, to_json, to_markdown
+    from ctxbench.report.formats import to_csv, to_json, to_markdown
 
     ps = _report_pivots(run_settings(peaked_lm, "ppl", _ppl_settings(corpus_dir, metrics=("longppl",))).records)
     assert "#### ppl longppl — tiny-peaked, factor 2" in to_markdown(ps)
@@ -408,7 +408,7 @@ def _prompts(tok):
 
 @pytest.mark.parametrize("label", ["none", "rerope", "dynamic-ntk"])
 def test_scoring_the_answer_on_the_prefill_leaves_the_answers_and_equals_a_forward_of_its_own(peaked_lm, label):
-    from ctxbench.decoding import decode_shared, score_shared
+    from ctxbench.model.decoding import decode_shared, score_shared
 
     prompts, answers = _prompts(peaked_lm.tokenizer)
     with applied(peaked_lm.model, peaked_lm.geometry, resolve(label), 2.0, 320):
@@ -423,7 +423,7 @@ def test_scoring_the_answer_on_the_prefill_leaves_the_answers_and_equals_a_forwa
 
 
 def test_scoring_the_answer_on_the_prefill_feeds_only_the_answers_tokens(counting_lm):
-    from ctxbench.decoding import decode_shared
+    from ctxbench.model.decoding import decode_shared
 
     prompts, answers = _prompts(counting_lm.tokenizer)
     list(decode_shared(counting_lm.model, prompts, 4, None))
@@ -434,7 +434,7 @@ def test_scoring_the_answer_on_the_prefill_feeds_only_the_answers_tokens(countin
 
 
 def test_a_method_that_is_not_causal_cannot_score_on_a_shared_prefill(tiny_lm):
-    from ctxbench.decoding import decode_shared
+    from ctxbench.model.decoding import decode_shared
 
     prompts, answers = _prompts(tiny_lm.tokenizer)
     with pytest.raises(ValueError, match="non-causal"):
@@ -445,7 +445,7 @@ def test_a_method_that_is_not_causal_cannot_score_on_a_shared_prefill(tiny_lm):
 def test_a_run_with_answer_nll_costs_only_the_answers_tokens_more(counting_lm, task):
     """The metric rides on the prefill decoding does anyway: the tokens through the model grow by
     each trial's answer but its last token, not by a second prefill."""
-    from ctxbench.settings import build_settings
+    from ctxbench.runner.settings import build_settings
     from ctxbench.tasks import get
 
     def fed(metrics: str | None) -> int:
@@ -467,7 +467,7 @@ def test_a_method_that_is_not_causal_scores_each_answer_after_its_whole_prompt(p
     the answer on that cache, over a group of several cells, as decoding would feed it."""
     from transformers import DynamicCache
 
-    from ctxbench.decoding import with_cache
+    from ctxbench.model.decoding import with_cache
 
     settings = passkey.Settings(methods=(resolve("ms-poe", {"first_layer": 0}),), factors=(2.0,), lengths=(300,), depths=(0.0, 0.5),
                                 trials=2, metrics=("answer_nll",))  # fmt: skip
@@ -491,7 +491,7 @@ def test_a_method_that_is_not_causal_scores_each_answer_after_its_whole_prompt(p
 def test_the_plan_of_a_method_that_is_not_causal_counts_every_prompt_whole(task):
     """ms-poe shares no prefix (each prompt prefilled whole), so its plan counts trials x length
     prompt tokens where a causal method's counts the shared haystack once."""
-    from ctxbench.settings import build_settings
+    from ctxbench.runner.settings import build_settings
 
     def tokens(label) -> int:
         settings = build_settings(get(task), [resolve(label)], 2.0, "4k", {"trials": 3})

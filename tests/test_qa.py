@@ -16,7 +16,7 @@ from conftest import byte_tokenizer, run_settings, scripted_lm
 
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
-from ctxbench.settings import build_settings
+from ctxbench.runner.settings import build_settings
 from ctxbench.synthetic.metrics import score, string_match_part
 from ctxbench.synthetic.qa import build_qa, documents, load_qa, parse_spec
 from ctxbench.tasks import get
@@ -203,7 +203,7 @@ def test_prompt_plus_32_fits_and_one_more_document_does_not(variant, chat, lengt
 def test_accounting_with_a_real_bpe_tokenizer():
     from transformers import AutoTokenizer
 
-    from ctxbench.models import ALIASES
+    from ctxbench.model.load import ALIASES
 
     path = ALIASES["smollm2-135m"]()  # only the tokenizer, read from the GGUF file
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -464,12 +464,12 @@ def _cli(monkeypatch, argv):
     ],
 )
 def test_bad_qa_data_is_one_line_and_exit_2_before_any_model_loads(qa_workdir, saved_model, monkeypatch, capsys, argv, words):
-    import ctxbench.runner
+    import ctxbench.runner.grid
 
     def no_load(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(ctxbench.runner.ModelConfig, "load", no_load)
+    monkeypatch.setattr(ctxbench.runner.grid.ModelConfig, "load", no_load)
     code = _cli(monkeypatch, ["qa", "--model", str(saved_model), "--len", "1500", "--out", "out.csv", *argv])
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1, lines

@@ -9,7 +9,7 @@ import torch
 from conftest import run_settings
 
 from ctxbench.methods import resolve
-from ctxbench.patching import applied
+from ctxbench.methods.patching import applied
 from ctxbench.tasks import ppl
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,7 @@ def test_default_model_generates_a_sensible_answer(real_lm):
 def test_patched_default_model_matches_native_yarn_logits(real_lm):
     from transformers import AutoModelForCausalLM
 
-    from ctxbench.models import locate
+    from ctxbench.model.load import locate
 
     _, path, gguf = locate("smollm2-135m")
     native = AutoModelForCausalLM.from_pretrained(
@@ -67,7 +67,7 @@ def test_default_model_finds_the_passkey_at_2k_with_plain_rope(real_lm):
 def test_default_model_finds_the_ruler_needle_at_2k_with_plain_rope(real_lm):
     """RULER niah single_1 at 2k: the default model passes nearly every trial (all 10 of the
     committed run at 1k-4k did); one miss in eight is allowed, as RULER's own small models miss some."""
-    from ctxbench.settings import build_settings
+    from ctxbench.runner.settings import build_settings
     from ctxbench.tasks import get
 
     settings = build_settings(get("niah"), "none", 2.0, "2k", {"variants": "single_1", "depths": "0.25,0.75", "trials": 4, "protocol": "exact"})
@@ -76,7 +76,7 @@ def test_default_model_finds_the_ruler_needle_at_2k_with_plain_rope(real_lm):
 
 
 def test_cached_dequantised_weights_give_the_gguf_logits(real_lm, monkeypatch):
-    from ctxbench.models import load
+    from ctxbench.model.load import load
 
     monkeypatch.setenv("CTXBENCH_NO_MODEL_CACHE", "1")
     fresh = load("smollm2-135m", device="cpu", dtype="float32")  # straight from the GGUF file
@@ -90,9 +90,9 @@ def test_cached_dequantised_weights_give_the_gguf_logits(real_lm, monkeypatch):
 @pytest.mark.parametrize("spec", ["rerope", "leaky-rerope", "self-extend"])
 def test_fused_and_blocked_attention_paths_give_the_same_losses_on_the_default_model(real_lm, spec, monkeypatch):
     """At 1k tokens with a 256-token window (far branch in play), 30 layers deep."""
-    from ctxbench import attention
-    from ctxbench.data import Tokenized, load_corpus
-    from ctxbench.scoring import token_nll
+    from ctxbench.methods import attention
+    from ctxbench.model.scoring import token_nll
+    from ctxbench.tasks.corpus import Tokenized, load_corpus
 
     tokens = Tokenized(load_corpus(None), real_lm.tokenizer)
     ids = tokens[tokens.select([1024], 1)[1024][0]][:1024]

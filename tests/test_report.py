@@ -10,9 +10,9 @@ import subprocess
 from conftest import run_settings
 
 from ctxbench.methods import resolve
-from ctxbench.report import pivots, to_csv, to_json, to_markdown
+from ctxbench.report.formats import pivots, to_csv, to_json, to_markdown
 from ctxbench.results import write_records
-from ctxbench.settings import build_settings, resolve_methods
+from ctxbench.runner.settings import build_settings, resolve_methods
 from ctxbench.tasks import get
 
 
@@ -24,7 +24,7 @@ def _records(tiny_lm, corpus_dir):
 
 
 def test_plots_are_written_and_not_empty(tiny_lm, corpus_dir, tmp_path):
-    from ctxbench.plots import write_plots
+    from ctxbench.tasks.plots import write_plots
 
     paths = write_plots(_records(tiny_lm, corpus_dir), tmp_path / "plots")
     names = sorted(p.name for p in paths)
@@ -80,7 +80,7 @@ def _accuracy_row(depth, value, trials, **extra):
 
 
 def test_a_length_pools_every_trial_of_every_depth_with_one_wilson_interval():
-    from ctxbench import pivot
+    from ctxbench.report import pivot
     from ctxbench.stats import wilson
 
     records = [_accuracy_row(0.1, 1.0, 4), _accuracy_row(0.5, 0.5, 4), _accuracy_row(0.9, 0.0, 2)]
@@ -91,7 +91,7 @@ def test_a_length_pools_every_trial_of_every_depth_with_one_wilson_interval():
 
 
 def test_old_rows_without_a_trial_count_pool_the_trial_rows_they_have():
-    from ctxbench import pivot
+    from ctxbench.report import pivot
 
     records = [_accuracy_row(d, v, None) for d, v in ((0.1, 1.0), (0.5, 0.0), (0.9, 1.0))]
     records += [{**r, "trial": "0", "metric": "correct", "value": r["value"][0]} for r in records]
@@ -100,7 +100,7 @@ def test_old_rows_without_a_trial_count_pool_the_trial_rows_they_have():
 
 
 def test_perplexity_effective_length_stops_at_a_rise_beyond_tolerance_and_noise():
-    from ctxbench.effective import effective_length
+    from ctxbench.report.effective import effective_length
 
     ppl = {1024: 7.6, 2048: 7.4, 4096: 8.3, 8192: 6.7, 16384: 21.7}  # 4k: 12% above the best shorter one
     assert effective_length(ppl, higher_is_better=False) == 2048  # no intervals: the rise counts
@@ -127,7 +127,7 @@ def test_a_piped_report_shows_every_cell_whole(tmp_path):
 def test_up_to_forty_plot_series_never_share_a_color_and_line_style():
     """Twelve methods in one perplexity plot drew dca and yarn in the same blue: past ten colors the
     style changes."""
-    from ctxbench.plots import series_style
+    from ctxbench.tasks.plots import series_style
 
     styles = [tuple(sorted(series_style(i).items())) for i in range(40)]
     assert len(set(styles)) == 40

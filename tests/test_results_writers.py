@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxbench import results as results_module
+from ctxbench.results import store as results_module
 from ctxbench.errors import UserError
 from ctxbench.results import COLUMNS, ResultsFile, cell_key, lock_path, read_records, row_key
 

@@ -97,7 +97,7 @@ def test_kill_9_mid_run_loses_and_duplicates_nothing(saved_model, corpus_dir, tm
 
 def test_a_forward_that_cannot_fit_becomes_an_oom_row_and_the_grid_goes_on(tiny_lm, corpus_dir, tmp_path):
     """An injected allocation failure: the model cannot hold a forward of more than 64 tokens."""
-    from ctxbench.scoring import decoder
+    from ctxbench.model.scoring import decoder
 
     def no_room(module, args, kwargs):
         if kwargs["input_ids"].shape[1] > 64:

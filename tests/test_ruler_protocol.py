@@ -13,10 +13,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from ctxbench.errors import UserError
-from ctxbench.identity import cell_key
 from ctxbench.methods import resolve
 from ctxbench.results import read_records
-from ctxbench.settings import build_settings
+from ctxbench.results.identity import cell_key
+from ctxbench.runner.settings import build_settings
 from ctxbench.synthetic import TOKENS_TO_GENERATE, build, load_haystack
 from ctxbench.synthetic.niah import RULER_DEPTHS
 from ctxbench.tasks import get

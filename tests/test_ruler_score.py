@@ -1,4 +1,4 @@
-"""RULER's suite score in `report` (ctxbench.rulerscore): the mean over RULER's tasks per length with
+"""RULER's suite score in `report` (ctxbench.report.rulerscore): the mean over RULER's tasks per length with
 its coverage, RULER's wAvg (inc/dec), RULER's effective length at 85.6, the bootstrap interval, the
 settings that are never averaged together, and every report format carrying them."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxbench.report import pivots, ruler_suites, to_csv, to_json, to_markdown
+from ctxbench.report.formats import pivots, ruler_suites, to_csv, to_json, to_markdown
+from ctxbench.report.rulerscore import THRESHOLD, effective_length, wavg, weights
 from ctxbench.results import Row, read_records, write_records
-from ctxbench.rulerscore import THRESHOLD, effective_length, wavg, weights
 from ctxbench.tasks.base import Measurement
 from ctxbench.tasks.common import accuracy_rows
 
@@ -66,7 +66,7 @@ def test_ruler_avg_is_the_mean_of_the_tasks_present_in_percent_with_its_coverage
 
 
 def test_all_thirteen_tasks_make_rulers_average_and_no_coverage_note(tmp_path):
-    from ctxbench.rulerscore import TASKS
+    from ctxbench.report.rulerscore import TASKS
 
     records = [r for (task, variant) in TASKS for r in _cell(task, variant, 4096, [1, 1])]
     (s,) = ruler_suites(pivots(_through_a_file(records, tmp_path)))
@@ -77,7 +77,7 @@ def test_all_thirteen_tasks_make_rulers_average_and_no_coverage_note(tmp_path):
 
 
 def test_the_committed_2k_run_averages_its_eleven_tasks():
-    from ctxbench.identity import drop_partial
+    from ctxbench.results.identity import drop_partial
     from ctxbench.tasks import registry
 
     records = drop_partial(read_records(RULER_2K), registry())[0]

@@ -10,7 +10,7 @@ from conftest import run_settings, scripted_lm
 
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
-from ctxbench.settings import build_settings
+from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
 
 
@@ -100,7 +100,7 @@ def test_every_method_sees_the_same_prompts(tiny_lm, task, options):
 def test_shared_prefix_decoding_answers_as_each_prompt_alone(tiny_lm):
     import torch
 
-    from ctxbench.decoding import decode_shared, greedy
+    from ctxbench.model.decoding import decode_shared, greedy
     from ctxbench.synthetic import build
 
     prompts = [build("niah", "multikey_2", tiny_lm.tokenizer, 900, d, 0, t).ids for d in (0.2, 0.8) for t in range(2)]
@@ -133,7 +133,7 @@ def test_decoding_passes_the_cache_without_a_deprecation_warning(tiny_lm):
     old name: a user's run must not print that warning once per decoding step."""
     import warnings
 
-    from ctxbench.decoding import decode_shared
+    from ctxbench.model.decoding import decode_shared
     from ctxbench.synthetic import build
 
     prompts = [build("niah", "single_1", tiny_lm.tokenizer, 600, None, 0, t, protocol="ruler").ids for t in range(2)]
@@ -149,7 +149,7 @@ def test_a_dynamic_method_takes_the_cells_length_whichever_trials_run(tiny_lm):
     import torch
 
     from ctxbench.methods import frequencies
-    from ctxbench.patching import rotary_modules
+    from ctxbench.methods.patching import rotary_modules
 
     seen = []
     handle = rotary_modules(tiny_lm.model)[0].register_forward_pre_hook(lambda m, args: seen.append(m.inv_freq.clone()))

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from ctxbench.identity import finished
 from ctxbench.results import read_records
+from ctxbench.results.identity import finished
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -190,7 +190,7 @@ def test_changed_beyond_noise_accuracy_absolute():
 
 
 def test_plans_state_the_interval_width_a_trial_count_gives():
-    from ctxbench.plan import interval_note
+    from ctxbench.runner.plan import interval_note
 
     # Wilson by hand: 2/4 -> 0.5 -/+ 1.96*sqrt(1/16 + 0.9604/64)/1.9604 -> 15.0%..85.0%; 4/4 -> 4/(4+3.8416) = 51.0%
     assert "95% interval 15%-85% at 2/4 right, 51%-100% at 4/4" in interval_note(4)

@@ -27,9 +27,9 @@ from reference import string_hkunlp
 from transformers import AttentionInterface
 
 from ctxbench.errors import UserError
-from ctxbench.geometry import RopeGeometry
 from ctxbench.methods import effective_params, resolve
-from ctxbench.patching import applied
+from ctxbench.methods.patching import applied
+from ctxbench.model.geometry import RopeGeometry
 
 TRAINED = 64
 N = 4 * TRAINED  # past the trained length

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from ctxbench.errors import UserError
-from ctxbench.plan import plan_table
 from ctxbench.results import read_records, row_key
-from ctxbench.suite import load_suite
+from ctxbench.runner.plan import plan_table
+from ctxbench.runner.suite import load_suite
 
 GOOD = """
 model = "{model}"

@@ -34,7 +34,7 @@ def test_each_helper_in_the_guide_exists_with_the_parameters_it_shows(name):
 
 
 def test_the_guide_states_the_decoding_signature():
-    from ctxbench.decoding import decode_shared
+    from ctxbench.model.decoding import decode_shared
 
     params = list(inspect.signature(decode_shared).parameters)
     assert "decode_shared(model, prompts, max_new_tokens, eos, budget=CACHE_BUDGET,\nfinished=None, share=True, continuations=None)" in GUIDE

@@ -5,11 +5,11 @@ github.com/NVIDIA/RULER): niah (8 variants), vt, cwe, fwe. No model and no torch
 
 from __future__ import annotations
 
-from .config import METRIC, TOKENS_TO_GENERATE, VARIANTS, ruler_name
-from .haystack import NOISE, Haystack, load_haystack
-from .metrics import postprocess, score, string_match_all, string_match_part
-from .pieces import TooShort
-from .prompt import PROTOCOLS, SyntheticPrompt, build, min_length, resolve
+from ctxbench.synthetic.config import METRIC, TOKENS_TO_GENERATE, VARIANTS, ruler_name
+from ctxbench.synthetic.haystack import NOISE, Haystack, load_haystack
+from ctxbench.synthetic.metrics import postprocess, score, string_match_all, string_match_part
+from ctxbench.synthetic.pieces import TooShort
+from ctxbench.synthetic.prompt import PROTOCOLS, SyntheticPrompt, build, min_length, resolve
 
 __all__ = [
     "METRIC", "NOISE", "PROTOCOLS", "TOKENS_TO_GENERATE", "VARIANTS", "Haystack", "SyntheticPrompt", "TooShort", "build",

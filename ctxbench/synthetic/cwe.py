@@ -19,10 +19,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from ..errors import UserError
-from . import config
-from .pieces import Frame, TooShort, batched, encode
-from .words import common_pool
+from ctxbench.errors import UserError
+from ctxbench.synthetic import config
+from ctxbench.synthetic.pieces import Frame, TooShort, batched, encode
+from ctxbench.synthetic.words import common_pool
 
 
 def _numbered(words: list[str]) -> str:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from . import config
-from .pieces import Frame, TooShort, encode, encode_many
-from .words import coded_word, distinct
+from ctxbench.synthetic import config
+from ctxbench.synthetic.pieces import Frame, TooShort, encode, encode_many
+from ctxbench.synthetic.words import coded_word, distinct
 
 NOISE_WORD = "..."
 

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
+from ctxbench.errors import UserError
 
 # niah.py / variable_tracking.py, type_haystack == "noise": one haystack unit is this whole line.
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."

@@ -26,10 +26,21 @@ import itertools
 import random
 from collections.abc import Callable, Iterator
 
-from . import config
-from .haystack import NOISE, Haystack, sentences
-from .pieces import Frame, TooShort, after, batched, encode, encode_many, nearest, take, take_whole, weave
-from .words import distinct, random_needle
+from ctxbench.synthetic import config
+from ctxbench.synthetic.haystack import NOISE, Haystack, sentences
+from ctxbench.synthetic.pieces import (
+    Frame,
+    TooShort,
+    after,
+    batched,
+    encode,
+    encode_many,
+    nearest,
+    take,
+    take_whole,
+    weave,
+)
+from ctxbench.synthetic.words import distinct, random_needle
 
 # niah.py: DEPTHS = round(linspace(0, 100, 40)) percent
 RULER_DEPTHS = tuple(round(100 * i / 39) / 100 for i in range(40))

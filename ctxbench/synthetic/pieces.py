@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..errors import UserError
+from ctxbench.errors import UserError
 
 
 class TooShort(UserError):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..errors import UserError, unknown
-from . import config, cwe, fwe, niah, vt
-from .haystack import Haystack, load_haystack
-from .pieces import TooShort, frame
+from ctxbench.errors import UserError, unknown
+from ctxbench.synthetic import config, cwe, fwe, niah, vt
+from ctxbench.synthetic.haystack import Haystack, load_haystack
+from ctxbench.synthetic.pieces import TooShort, frame
 
 BUILDERS = {"niah": niah.make, "vt": vt.make, "cwe": cwe.make, "fwe": fwe.make}
 

@@ -44,9 +44,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError, unknown
-from .pieces import Frame, TooShort, encode, frame
-from .prompt import SyntheticPrompt
+from ctxbench.errors import UserError, unknown
+from ctxbench.synthetic.pieces import Frame, TooShort, encode, frame
+from ctxbench.synthetic.prompt import SyntheticPrompt
 
 # scripts/data/synthetic/constants.py, TASKS["qa"]
 TEMPLATE = (

@@ -21,11 +21,21 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from . import config
-from .haystack import NOISE
-from .niah import RULER_DEPTHS
-from .pieces import Frame, TooShort, after, encode, encode_many, nearest, take, take_whole, weave
-from .words import distinct, variable_name
+from ctxbench.synthetic import config
+from ctxbench.synthetic.haystack import NOISE
+from ctxbench.synthetic.niah import RULER_DEPTHS
+from ctxbench.synthetic.pieces import (
+    Frame,
+    TooShort,
+    after,
+    encode,
+    encode_many,
+    nearest,
+    take,
+    take_whole,
+    weave,
+)
+from ctxbench.synthetic.words import distinct, variable_name
 
 
 def _chain(names: list[str], value: int) -> list[str]:

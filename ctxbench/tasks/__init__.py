@@ -15,8 +15,8 @@ import sys
 from functools import cache
 from importlib.metadata import entry_points
 
-from ..errors import UserError, unknown
-from .base import Task
+from ctxbench.errors import UserError, unknown
+from ctxbench.tasks.base import Task
 
 GROUP = "ctxbench.tasks"
 

@@ -4,7 +4,7 @@ A task is one module (or package) that exposes ``TASK = Task(...)`` and is regis
 point in the group ``ctxbench.tasks`` (the built-in ones too, see ``pyproject.toml``). It owns:
 
 - its settings: a frozen dataclass whose first fields are ``methods``, ``factors`` and ``lengths``,
-  plus the task's own :class:`Option` list. One function, :func:`ctxbench.settings.build_settings`,
+  plus the task's own :class:`Option` list. One function, :func:`ctxbench.runner.settings.build_settings`,
   builds and validates it from CLI options, a suite table and API keywords alike;
 - ``prepare(lm, settings) -> Context`` (a :class:`Context`: dataset name, data digest, notes, and
   whatever the task keeps), ``cells(settings, ctx) -> [Cell]``, ``groups(cells, settings) ->
@@ -24,9 +24,10 @@ Nothing here imports torch: ``ctxbench --help`` loads every task's spec to build
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class Cell:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One value of a cell; the runner turns it into a :class:`ctxbench.results.Row`."""
+    """One value of a cell; the runner turns it into a :class:`ctxbench.results.store.Row`."""
 
     metric: str
     value: float | str
@@ -214,3 +215,34 @@ def _plain(value):
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
     return value
+
+
+# --- what a task's headline metric means (also for files whose task is not installed) ---
+
+
+class Headline(NamedTuple):
+    metric: str
+    higher_is_better: bool
+    fraction: bool  # a fraction in [0, 1]: shown as a percent, changes in points
+
+
+# Files whose task is not installed here (a plug-in's rows): the built-ins' declarations.
+HEADLINE_FALLBACK = {"ppl": Headline("ppl", False, False)}
+RETRIEVAL = Headline("accuracy", True, True)
+
+
+def headline_of(task_name: str, tasks: dict | None) -> Headline:
+    """What a task's headline metric is and means, also for files whose task is not installed."""
+    if tasks and task_name in tasks:
+        t = tasks[task_name]
+        return Headline(t.metric, t.higher_is_better, t.fraction)
+    return HEADLINE_FALLBACK.get(task_name, RETRIEVAL)
+
+
+def extra_of(record: dict) -> dict:
+    """A row's ``extra`` JSON object ({} when a hand edit left it unreadable or not an object)."""
+    try:
+        value = json.loads(record.get("extra") or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -2,8 +2,8 @@
 ``scripts/synthetic.yaml`` niah_single_1 ... niah_multiquery): word/number/uuid keys and values,
 a noise, prose or distractor-needle haystack, several keys, values per key, or queries."""
 
-from ..synthetic import VARIANTS
-from .ruler import ruler_task
+from ctxbench.synthetic import VARIANTS
+from ctxbench.tasks.ruler import ruler_task
 
 NIAH = tuple(VARIANTS["niah"])
 

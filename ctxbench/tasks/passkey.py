@@ -27,10 +27,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import UserError
-from . import proxy
-from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import (  # noqa: F401  (parse_depths: the name scripts imported from here)
+from ctxbench.errors import UserError
+from ctxbench.tasks import proxy, trials
+from ctxbench.tasks.base import Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.tasks.common import (  # noqa: F401  (parse_depths: the name scripts imported from here)
     accuracy_rows,
     answer_cells,
     check_trials,
@@ -44,6 +44,7 @@ from .common import (  # noqa: F401  (parse_depths: the name scripts imported fr
     trial_cells,
     trials_options,
 )
+from ctxbench.tasks.plots import depth_heatmaps
 
 NAME = "passkey"
 INSTRUCTION = (
@@ -246,7 +247,7 @@ def cells(settings: Settings, ctx: Context) -> list[Cell]:
 
 def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
     """The depths of one (method, factor, length) run together: their prompts start with the same
-    instruction and filler, so one running KV cache serves them all (ctxbench.decoding)."""
+    instruction and filler, so one running KV cache serves them all (ctxbench.model.decoding)."""
     out: dict[tuple, list[Cell]] = {}
     for cell in todo:
         out.setdefault((cell.method, cell.factor, cell.length), []).append(cell)
@@ -271,7 +272,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
 
 def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """The depths of one (method, factor, length): every trial's prompt, decoded with the shared
-    instruction-and-filler stream computed once (:func:`ctxbench.decoding.decode_shared`); a
+    instruction-and-filler stream computed once (:func:`ctxbench.model.decoding.decode_shared`); a
     cell is yielded as soon as all its trials are answered."""
     tok = lm.tokenizer
     prompts = {
@@ -285,14 +286,14 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
                            seconds=round(seconds, 4), extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)})  # fmt: skip
 
     # the key scored in each decoded trial's own prefill; before decoding, the trials that cannot be
-    scored = proxy.answer_nlls(lm, ctx, prompts, _answer_ids, settings.max_new_tokens) if settings.metrics else {}
+    scored = trials.answer_nlls(lm, ctx, prompts, _answer_ids, settings.max_new_tokens) if settings.metrics else {}
     scoring = _answer_ids if settings.metrics else None
     for cell, rows in trial_cells(lm, ctx, prompts, settings.max_new_tokens, measure, continuation=scoring):
         # one ``correct`` row per trial and the cell's ``accuracy`` with its trial count
         extra = []
         if settings.metrics:
-            rows = proxy.with_answer_nll(rows, scored[cell])
-            extra = proxy.answer_nll_rows(rows, sum(v[2] for v in scored[cell].values()))
+            rows = trials.with_answer_nll(rows, scored[cell])
+            extra = trials.answer_nll_rows(rows, sum(v[2] for v in scored[cell].values()))
         yield cell, rows + accuracy_rows([int(r.value) for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows)) + extra
 
 
@@ -303,7 +304,6 @@ def _answer_ids(prompt: Prompt) -> tuple[int, ...]:
 
 
 def plots(records, directory):
-    from ..plots import depth_heatmaps
 
     return depth_heatmaps(records, directory, NAME, "correct")
 

@@ -35,11 +35,23 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..errors import UserError
-from ..parsing import parse_length
-from . import proxy
-from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import factors_for, parse_choice, parse_positive_int
+from ctxbench.errors import UserError
+from ctxbench.parsing import len_label, parse_length
+from ctxbench.tasks import proxy
+from ctxbench.tasks.base import Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.tasks.common import factors_for, parse_choice, parse_positive_int
+from ctxbench.tasks.plots import (
+    by_factor,
+    extra_of,
+    factor_of,
+    legend,
+    mark_trained,
+    ok_rows,
+    pyplot,
+    safe_name,
+    save,
+    series_style,
+)
 
 NAME = "ppl"
 BUCKET = 512  # target positions per loss-by-position bucket
@@ -97,14 +109,14 @@ def validate(settings: Settings) -> None:
                 f"--stride {settings.stride} is longer than length {n}: tokens between windows would never be scored",
                 f"use a stride <= {n}, or omit --stride",
             )
-    from ..data import check_local_dataset
+    from ctxbench.tasks.corpus import check_local_dataset
 
     check_local_dataset(settings.dataset, settings.text_column)  # fail before the model loads
 
 
 @dataclass
 class State:
-    tokens: object  # ctxbench.data.Tokenized
+    tokens: object  # ctxbench.tasks.corpus.Tokenized
     lengths: list[int]
     chosen: dict[int, list[int]]  # length -> document indices
     skipped: dict[int, int]  # length -> shorter documents passed over
@@ -118,7 +130,7 @@ class State:
 
 def prepare(lm, settings: Settings) -> Context:
     """Load and tokenise the corpus, pick documents per length; error if none is long enough."""
-    from ..data import Tokenized, load_corpus
+    from ctxbench.tasks.corpus import Tokenized, load_corpus
 
     corpus = load_corpus(settings.dataset, settings.split, settings.text_column)
     tokens = Tokenized(corpus, lm.tokenizer, bos=settings.bos)
@@ -195,7 +207,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
 def _position_rows(arrays: list, trained_len: int, mode: str) -> list[Measurement]:
     """Mean NLL per bucket of :data:`BUCKET` target positions (token-weighted over documents) and
     the mean NLL beyond the trained length (:mod:`ctxbench.stats`)."""
-    from ..stats import beyond_mean, bucket_means
+    from ctxbench.stats import beyond_mean, bucket_means
 
     rows = [
         Measurement("nll_pos", b["nll"], doc="all", tokens=b["tokens"], mode=mode, pos=(b["start"], b["end"]))
@@ -217,7 +229,7 @@ def _summary(docs: list, seconds: float, pass_tokens: int, peak: float, mode: st
         rows.append(Measurement("nll", s / c, doc=name, tokens=c, mode=mode))
         rows.append(Measurement("ppl", math.exp(s / c), doc=name, tokens=c, mode=mode))
     mean = total / count
-    from ..stats import ppl_interval
+    from ctxbench.stats import ppl_interval
 
     arrays = [nll.double().numpy() for _, nll in docs]
     lo, hi, how = ppl_interval(arrays)
@@ -237,9 +249,9 @@ def _summary(docs: list, seconds: float, pass_tokens: int, peak: float, mode: st
 
 def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """Score the documents of each cell of ``group``; yields each cell's measurements."""
-    from ..measure import Measured
-    from ..patching import applied
-    from ..scoring import sliding_nll
+    from ctxbench.methods.patching import applied
+    from ctxbench.model.measure import Measured
+    from ctxbench.model.scoring import sliding_nll
 
     st: State = ctx.state
     if settings.metrics:  # the unscaled model's references, once per document for the whole grid
@@ -273,7 +285,7 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
 def _window(lm, ids, settings: Settings):
     """(per-token NLL (n-1,), final hidden states (1, n, hidden) or None) of one truncate-mode window;
     the hidden states are kept only when ``kl`` needs them (same NLL either way: one code path)."""
-    from ..scoring import final_hidden, nll_from_hidden, token_nll
+    from ctxbench.model.scoring import final_hidden, nll_from_hidden, token_nll
 
     if "kl" not in settings.metrics:
         return token_nll(lm.model, ids, chunk=settings.chunk), None
@@ -286,7 +298,7 @@ def _kl(lm, st: State, i: int, hidden, settings: Settings) -> tuple:
     unscaled model's hidden states, at positions ``0 .. m-1`` with ``m = min(n, L) - 1``."""
     import time
 
-    from ..scoring import kl_from_hidden
+    from ctxbench.model.scoring import kl_from_hidden
 
     t0 = time.perf_counter()
     m = min(hidden.shape[1], lm.geometry.trained_len) - 1
@@ -311,8 +323,8 @@ def _proxy_rows(st: State, settings: Settings, n: int, indices: list, docs: list
 def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """One forward per document at the longest length it is selected for; shorter lengths
     read the prefix of its per-token losses (and of its KL per position)."""
-    from ..measure import Measured
-    from ..patching import applied
+    from ctxbench.methods.patching import applied
+    from ctxbench.model.measure import Measured
 
     lengths = sorted(c.length for c in group)
     need: dict[int, int] = {}  # doc -> longest length it serves in this group
@@ -348,19 +360,6 @@ def plots(records: list[dict], directory) -> list:
     band, and loss by position per (model, factor, length), the trained length marked."""
     from matplotlib import ticker
 
-    from ..pivot import len_label
-    from ..plots import (
-        by_factor,
-        extra_of,
-        factor_of,
-        legend,
-        mark_trained,
-        ok_rows,
-        pyplot,
-        safe_name,
-        save,
-        series_style,
-    )
 
     plt = pyplot()
     paths = []
@@ -404,18 +403,6 @@ def plots(records: list[dict], directory) -> list:
 
 def position_plots(records: list[dict], directory) -> list:
     """NLL against position, one figure per (model, factor, length) that has nll_pos rows."""
-    from ..pivot import len_label
-    from ..plots import (
-        by_factor,
-        extra_of,
-        legend,
-        mark_trained,
-        ok_rows,
-        pyplot,
-        safe_name,
-        save,
-        series_style,
-    )
 
     plt = pyplot()
     paths = []
@@ -445,7 +432,6 @@ def position_plots(records: list[dict], directory) -> list:
 def _bucket(record: dict) -> tuple[int, int]:
     """A loss-by-position row's ``[start, end)``: its own columns, or ``extra.pos`` in files from
     before those columns."""
-    from ..plots import extra_of
 
     if record.get("pos_start", "") != "":
         return int(record["pos_start"]), int(record["pos_end"])

@@ -33,8 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import UserError, unknown
-from .base import Measurement, Option
+from ctxbench.errors import UserError, unknown
+from ctxbench.methods import resolve
+from ctxbench.parsing import split_list
+from ctxbench.tasks.base import Measurement, Option
 
 PPL_METRICS = ("longppl", "kl")
 ANSWER_METRICS = ("answer_nll",)
@@ -64,7 +66,6 @@ def long_stride(trained_len: int) -> int:
 def parse_metrics(value, choices: tuple[str, ...]) -> tuple[str, ...]:
     """``--metrics kl,longppl`` (or a TOML list) -> the names in ``choices`` order, so the same set
     given in any order is the same cell; an unknown name is one error naming the closest."""
-    from ..parsing import split_list
 
     if isinstance(value, (list, tuple)) and not value:  # a suite's ``metrics = []``: none
         return ()
@@ -103,7 +104,7 @@ def find_key_tokens(model, ids, trained_len: int, chunk: int = 1024):
     """Key-token mask (n-1,) of ``ids`` (n,) under the model as it is now (the caller applies
     ``none``): a prefix of ``ids`` gets the prefix of the mask, since every window starts at a
     multiple of its stride from 0."""
-    from ..scoring import sliding_nll
+    from ctxbench.model.scoring import sliding_nll
 
     w, s = short_window(trained_len), short_stride(trained_len)
     long = sliding_nll(model, ids, trained_len, long_stride(trained_len), chunk)  # (n-1,) context <= L-1
@@ -141,9 +142,8 @@ class Reference:
         """Compute what ``metrics`` need for the documents ``{index: ids}`` not done yet."""
         import time
 
-        from ..methods import resolve
-        from ..patching import applied
-        from ..scoring import final_hidden
+        from ctxbench.methods.patching import applied
+        from ctxbench.model.scoring import final_hidden
 
         todo = {i: ids for i, ids in docs.items() if ("longppl" in metrics and i not in self.keys) or ("kl" in metrics and i not in self.hidden)}
         if not todo:
@@ -165,7 +165,7 @@ def longppl_rows(docs: list, masks: list, mode: str, trained_len: int, evaluator
     Rows: per document with key tokens and aggregate (``doc = all``, token-weighted as ``ppl``)
     ``longppl``; its 95% ``longppl_lo``/``_hi`` (the bootstrap ``ppl`` uses, over the key tokens);
     ``key_tokens`` (their number; ``extra.per_doc``)."""
-    from ..stats import ppl_interval
+    from ctxbench.stats import ppl_interval
 
     rows, keyed, per_doc = [], [], {}
     for (name, nll), mask in zip(docs, masks, strict=True):
@@ -201,7 +201,7 @@ def kl_rows(docs: list, mode: str, seconds: float) -> list[Measurement]:
     maximum, and ``same_top`` (the share of positions whose most likely token agrees)."""
     import numpy as np
 
-    from ..stats import mean_interval, mean_stderr
+    from ctxbench.stats import mean_interval, mean_stderr
 
     rows = []
     for name, kl, _ in docs:
@@ -221,67 +221,3 @@ def kl_rows(docs: list, mode: str, seconds: float) -> list[Measurement]:
 # ----------------------------------------------------------------------------------- answer NLL
 
 
-def answer_nlls(lm, ctx, prompts_by_cell: dict, continuation, max_new_tokens: int) -> dict:
-    """Teacher-forced NLL of each trial's expected answer ``continuation(prompt) -> ids`` after its
-    prompt, for the trials decoding will not score in their own prefill
-    (:func:`ctxbench.tasks.common.trial_cells` with ``continuation``): trials the file holds
-    (``ctx.kept``) without it, and every trial of a method that is not causal (``ms-poe``: its
-    prompt and answer must be two forwards). All cells of one (method, factor, length) together,
-    before decoding, with shared prefixes computed once (:func:`ctxbench.decoding.score_shared`),
-    the method applied for the length decoding uses. Returns ``{cell: {trial: (mean NLL per answer
-    token, answer tokens, seconds)}}``."""
-    from ..decoding import score_shared
-    from ..patching import applied
-    from .common import decode_length
-
-    kept = getattr(ctx, "kept", None) or {}
-    first = next(iter(prompts_by_cell))
-
-    def unscored(cell, t) -> bool:
-        if t in kept.get(cell, {}):
-            return "answer_nll" not in kept[cell][t].extra
-        return not first.method.causal
-
-    owner = [(cell, t) for cell, prompts in prompts_by_cell.items() for t in range(len(prompts)) if unscored(cell, t)]
-    out: dict = {cell: {} for cell in prompts_by_cell}
-    if not owner:
-        return out
-    flat = [prompts_by_cell[cell][t] for cell, t in owner]
-    with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, decode_length(first, flat, max_new_tokens)):
-        for s in score_shared(lm.model, [p.ids for p in flat], [continuation(p) for p in flat], share=first.method.causal):
-            cell, t = owner[s.index]
-            out[cell][t] = (float(s.nll.double().mean()), int(s.nll.numel()), s.seconds)
-    return out
-
-
-def with_answer_nll(rows: list[Measurement], scored: dict) -> list[Measurement]:
-    """Per-trial rows with ``extra.answer_nll`` / ``extra.answer_tokens`` from ``scored``
-    (``{trial: (nll, tokens, seconds)}``; kept trials already carry theirs)."""
-    from dataclasses import replace
-
-    out = []
-    for r in rows:
-        if r.trial in scored:
-            nll, k, _ = scored[r.trial]
-            r = replace(r, extra={**r.extra, "answer_nll": nll, "answer_tokens": k})
-        out.append(r)
-    return out
-
-
-def answer_nll_rows(rows: list[Measurement], seconds: float) -> list[Measurement]:
-    """A cell's ``answer_nll`` (mean over trials of each trial's mean NLL per answer token, nats)
-    and its 95% percentile bootstrap interval over trials (``answer_nll_lo``/``_hi``; NaN with
-    fewer than two trials), from the per-trial rows' ``extra.answer_nll``."""
-    from ..stats import bootstrap_mean
-
-    values = [float(r.extra["answer_nll"]) for r in rows]
-    tokens = sum(int(r.extra["answer_tokens"]) for r in rows)
-    n = len(values)
-    lo, hi = bootstrap_mean(values, [1.0] * n) if n >= 2 else (float("nan"), float("nan"))
-    agg = dict(trial="all", tokens=tokens)
-    note = {"interval": "95% bootstrap over trials" if n >= 2 else "none (fewer than 2 trials)"}
-    return [
-        Measurement("answer_nll", sum(values) / n if n else float("nan"), seconds=round(seconds, 4), extra={"trials": n}, **agg),
-        Measurement("answer_nll_lo", lo, extra=note, **agg),
-        Measurement("answer_nll_hi", hi, extra=note, **agg),
-    ]

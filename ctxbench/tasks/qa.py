@@ -23,9 +23,21 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import UserError, unknown
-from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import (
+from ctxbench.errors import UserError, unknown
+from ctxbench.parsing import split_list
+from ctxbench.synthetic import score
+from ctxbench.synthetic.pieces import encode, frame
+from ctxbench.synthetic.qa import (
+    ANSWER_PREFIX,
+    TOKENS_TO_GENERATE,
+    build_qa,
+    fetch_hint,
+    load_qa,
+    parse_spec,
+    task_text,
+)
+from ctxbench.tasks.base import Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.tasks.common import (
     CHAT_HELP,
     accuracy_rows,
     check_trials,
@@ -60,7 +72,6 @@ def default_lengths(trained_len: int) -> list[int]:
 
 
 def _variants(value) -> tuple[str, ...]:
-    from ..parsing import split_list
 
     items = split_list(value, what="--variant") if not isinstance(value, (list, tuple)) else [str(v) for v in value]
     if items == ["all"]:
@@ -84,7 +95,6 @@ def _protocol(value) -> str:
 
 
 def _qa_data(value):
-    from ..synthetic.qa import parse_spec
 
     return parse_spec(value)
 
@@ -104,7 +114,6 @@ OPTIONS = (
 
 def specs(settings: Settings) -> dict[str, str]:
     """{variant: path or hub id} for every variant that runs; a UserError when one has no data."""
-    from ..synthetic.qa import fetch_hint
 
     given = dict(settings.qa_data)
     if not given:
@@ -129,7 +138,6 @@ def _run_variants(settings: Settings) -> tuple[str, ...]:
 
 def validate(settings: Settings) -> None:
     """Before any model loads: the data is given, reads as its variant's format, has the trials."""
-    from ..synthetic.qa import load_qa
 
     check_trials(settings)
     for variant, spec in specs(settings).items():
@@ -142,8 +150,6 @@ def validate(settings: Settings) -> None:
 def prepare(lm, settings: Settings) -> Context:
     """Load each variant's data, check every length holds every trial's gold documents; the data
     digests go on every row, the file names into ``dataset``."""
-    from ..synthetic.pieces import encode, frame
-    from ..synthetic.qa import ANSWER_PREFIX, TOKENS_TO_GENERATE, load_qa, task_text
 
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
     data = {v: load_qa(v, spec) for v, spec in specs(settings).items()}
@@ -187,7 +193,6 @@ def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
 
 
 def cost(settings: Settings, trained_len: int) -> list[CostItem]:
-    from ..synthetic.qa import TOKENS_TO_GENERATE
 
     lengths = settings.lengths or default_lengths(trained_len)
     try:
@@ -208,7 +213,6 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
 
 def prompts_for(lm, ctx: Context, variant: str, length: int, trials: int) -> list:
     """The trials' prompts of one (variant, length), built once per run and shared by every method."""
-    from ..synthetic.qa import build_qa
 
     cache = ctx.state["prompts"]
     out = []
@@ -221,7 +225,6 @@ def prompts_for(lm, ctx: Context, variant: str, length: int, trials: int) -> lis
 
 
 def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
-    from ..synthetic import score
 
     tok = lm.tokenizer
     prompts = {cell: prompts_for(lm, ctx, cell.variant, cell.length, settings.trials) for cell in group}

@@ -15,7 +15,7 @@ Two protocols (``--protocol``, part of the cell identity; files from before it r
 cwe and fwe have no depth under either. Each cell runs ``trials`` prompts whose every random
 choice comes from (seed, length, depth, trial), the same for every method. All depths and
 trials of one (method, factor, length, variant) are one group, decoded greedily with the shared
-haystack computed once (:func:`ctxbench.decoding.decode_shared`) for RULER's number of new
+haystack computed once (:func:`ctxbench.model.decoding.decode_shared`) for RULER's number of new
 tokens. Each trial is scored with RULER's metric (``string_match_all``: the fraction of expected
 answers found in the output); rows per trial (``score``, with the answer text) and per cell
 (``accuracy``, the mean score, with its trial count and 95% Wilson interval).
@@ -32,10 +32,12 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import UserError, unknown
-from . import proxy
-from .base import Cell, Context, CostItem, Measurement, Option, Task
-from .common import (
+from ctxbench.errors import UserError, unknown
+from ctxbench.parsing import split_list
+from ctxbench.synthetic import PROTOCOLS, TOKENS_TO_GENERATE, TooShort, build, load_haystack, score
+from ctxbench.tasks import proxy, trials
+from ctxbench.tasks.base import Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.tasks.common import (
     CHAT_HELP,
     accuracy_rows,
     check_trials,
@@ -48,6 +50,7 @@ from .common import (
     trial_cells,
     trials_options,
 )
+from ctxbench.tasks.plots import depth_heatmaps
 
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -75,7 +78,6 @@ def default_lengths(trained_len: int) -> list[int]:
 
 def _variants_parser(family: str, names: tuple[str, ...]):
     def parse(value) -> tuple[str, ...]:
-        from ..parsing import split_list
 
         items = split_list(value, what="--variant") if not isinstance(value, (list, tuple)) else [str(v) for v in value]
         if items == ["all"]:
@@ -91,7 +93,6 @@ def _variants_parser(family: str, names: tuple[str, ...]):
 
 
 def _protocol(value) -> str:
-    from ..synthetic import PROTOCOLS
 
     text = str(value).strip()
     if text not in PROTOCOLS:
@@ -101,7 +102,6 @@ def _protocol(value) -> str:
 
 def _haystack(value) -> str:
 
-    from ..synthetic.haystack import load_haystack
 
     text = str(value)
     if text != "pydoc":
@@ -167,7 +167,6 @@ def _variants(spec, settings) -> tuple[str, ...]:
 
 def prepare(spec, lm, settings: Settings) -> Context:
     """Check every length holds every variant's fixed text; the haystack's digest goes on rows."""
-    from ..synthetic import TooShort, build, load_haystack
 
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
     haystack = load_haystack(settings.haystack) if spec["has_haystack"] else None
@@ -209,7 +208,6 @@ def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
 
 
 def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
-    from ..synthetic import TOKENS_TO_GENERATE
 
     lengths = settings.lengths or default_lengths(trained_len)
     # a trial reuses the cache up to its first needle: RULER's random places average depth 0.5 for one
@@ -230,7 +228,6 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
 
 
 def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
-    from ..synthetic import build, score
 
     _, haystack = ctx.state
     tok = lm.tokenizer
@@ -255,18 +252,17 @@ def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> 
         return list(tok(" " + ", ".join(p.answers), add_special_tokens=False)["input_ids"])
 
     # the answer scored in each decoded trial's own prefill; before decoding, the trials that cannot be
-    scored = proxy.answer_nlls(lm, ctx, prompts, answer_ids, new_tokens) if settings.metrics else {}
+    scored = trials.answer_nlls(lm, ctx, prompts, answer_ids, new_tokens) if settings.metrics else {}
     scoring = answer_ids if settings.metrics else None
     for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished, continuation=scoring):
         extra = []
         if settings.metrics:
-            rows = proxy.with_answer_nll(rows, scored[cell])
-            extra = proxy.answer_nll_rows(rows, sum(v[2] for v in scored[cell].values()))
+            rows = trials.with_answer_nll(rows, scored[cell])
+            extra = trials.answer_nll_rows(rows, sum(v[2] for v in scored[cell].values()))
         yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows),
                                          metric=prompts[cell][0].metric) + extra  # fmt: skip
 
 
 def plots(name, records, directory):
-    from ..plots import depth_heatmaps
 
     return depth_heatmaps(records, directory, name, "score")

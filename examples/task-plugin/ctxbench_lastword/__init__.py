@@ -26,7 +26,7 @@ class Settings:
 
 
 def prepare(lm, settings):
-    from ctxbench.data import Tokenized, load_corpus
+    from ctxbench.tasks.corpus import Tokenized, load_corpus
 
     corpus = load_corpus(None)
     tokens = Tokenized(corpus, lm.tokenizer)
@@ -45,8 +45,8 @@ def groups(todo, settings):
 
 
 def run_group(lm, ctx, group, settings):
-    from ctxbench.patching import applied
-    from ctxbench.scoring import token_nll
+    from ctxbench.methods.patching import applied
+    from ctxbench.model.scoring import token_nll
 
     tokens, _, chosen = ctx.state
     for cell in group:

@@ -1,0 +1,240 @@
+"""How each method is written for serving engines (``ctxbench export``): per engine, a function giving what
+the engine needs, or the reason it cannot run the method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from ctxbench.errors import UserError
+from ctxbench.methods.frequencies import _longrope_factors, _yarn_mscale, alpha_base, ntk_base
+from ctxbench.methods.native import native_rope
+from ctxbench.model.geometry import RopeGeometry
+
+# What the attention-level methods tell every engine.
+ATTENTION_REFUSAL = "it changes attention itself (ctxbench's own attention function), which no serving engine has"
+# vLLM's rope types ctxbench exports for ``native`` (each checked against transformers' computation
+# of the same type; ``ntk-mixed`` exports vLLM's own ``ntk`` type, checked against vLLM's code).
+VLLM_ROPE_TYPES = ("default", "linear", "yarn", "llama3", "longrope")
+DYNAMIC_IN_VLLM = "vLLM's 'dynamic' fixes the base once, at s*L tokens, instead of per sequence length"
+
+
+@dataclass(frozen=True)
+class Exports:
+    """How ``ctxbench export`` writes one method for each serving engine. Each field is a function,
+    or the reason the engine cannot express the method (``""``: it cannot, no reason given):
+
+    * ``transformers(params, geom, factor) -> (fields, max_position_embeddings or None)``: the
+      ``rope_parameters`` fields over ``{"rope_theta": b}`` (v5; the 4.x ``rope_scaling`` is derived);
+    * ``vllm(rope_parameters, factor) -> rope_parameters``: transformers' fields as vLLM's
+      ``--hf-overrides`` reads them (the same dict where the two agree);
+    * ``llamacpp(params, geom, factor) -> {flag: value}``: ``llama-server`` flags but ``--ctx-size``.
+
+    ``fields`` stands in for ``transformers`` where transformers cannot express the method but
+    vLLM can: the same ``(params, geom, factor) -> (fields, max_position_embeddings or None)``,
+    of a rope type only vLLM has (``ntk-mixed``: vLLM's ``ntk`` with ``mixed_b``).
+
+    An attention-level method an engine runs itself (``dca`` in vLLM) gives, for that engine,
+    ``vllm(rope_parameters, params, geom, factor) -> {"hf_overrides": {...}, "env": {...}, "flags": [...]}``:
+    what it adds to its frequency part's export (``rope_parameters``, which it may refuse), with
+    ``params`` every parameter after defaults (:func:`effective_params`).
+    """
+
+    transformers: Callable | str = ""
+    vllm: Callable | str = ""
+    llamacpp: Callable | str = ""
+    fields: Callable | None = None
+
+    @classmethod
+    def refused(cls, reason: str) -> Exports:
+        """No engine can express it, for one reason."""
+        return cls(reason, reason, reason)
+
+    def refusal(self, engine: str) -> str | None:
+        """None when ``engine`` can express the method, else why not (``""``: no reason given)."""
+        how = getattr(self, engine)
+        return None if callable(how) else how
+
+
+def same_in_vllm(rope: dict, factor: float) -> dict:
+    """vLLM reads these ``rope_parameters`` as transformers does."""
+    return dict(rope)
+
+
+def _rebased_rope(base_of: Callable, params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, None]:
+    return {"rope_type": "default", "rope_theta": base_of(params, geom, factor)}, None
+
+
+def _rebased_flags(base_of: Callable, params: dict, geom: RopeGeometry, factor: float) -> dict:
+    return {"--rope-scaling": "none", "--rope-freq-base": base_of(params, geom, factor)}
+
+
+def rebased(base_of: Callable[[dict, RopeGeometry, float], float]) -> Exports:
+    """A method that is plain RoPE with the base ``base_of(params, geom, factor)`` (``none``, ``ntk``,
+    ``ntk-alpha``, ``theta``): every engine takes it as a new base, no rope type."""
+    return Exports(partial(_rebased_rope, base_of), same_in_vllm, partial(_rebased_flags, base_of))
+
+
+def _base_of_none(params: dict, geom: RopeGeometry, factor: float) -> float:
+    return geom.base
+
+
+def _base_of_ntk(params: dict, geom: RopeGeometry, factor: float) -> float:
+    return ntk_base(geom, factor)
+
+
+def _base_of_ntk_alpha(params: dict, geom: RopeGeometry, factor: float) -> float:
+    return alpha_base(geom, params.get("scaling_alpha"))
+
+
+def _base_of_theta(params: dict, geom: RopeGeometry, factor: float) -> float:
+    if params.get("theta") is None:
+        raise UserError("method 'theta' needs a new base", "pass --param theta=1000000")
+    return float(params["theta"])
+
+
+def linear_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, None]:
+    return {"rope_type": "linear", "factor": factor}, None
+
+
+def linear_flags(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    return {"--rope-scaling": "linear", "--rope-scale": factor, "--rope-freq-base": geom.base}
+
+
+def dynamic_ntk_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    """transformers' ``dynamic`` takes ``L`` from ``max_position_embeddings``."""
+    return {"rope_type": "dynamic", "factor": factor}, geom.trained_len
+
+
+def yarn_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    """transformers' ``yarn``, whose ``attention_factor`` replaces ``0.1 ln s + 1`` as ctxbench's does."""
+    L = geom.trained_len
+    rope = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": L,
+            "beta_fast": float(params["beta_fast"]), "beta_slow": float(params["beta_slow"]), "truncate": bool(params["truncate"])}  # fmt: skip
+    if params.get("attention_factor") is not None:
+        rope["attention_factor"] = float(params["attention_factor"])
+    return rope, int(round(factor * L))
+
+
+def yarn_vllm(rope: dict, factor: float) -> dict:
+    """vLLM's yarn: its ``attn_factor`` (as the yarn repository's) *multiplies* ``0.1 ln s + 1`` where
+    transformers' ``attention_factor`` replaces it, so ``a`` is written ``a / (0.1 ln s + 1)``;
+    ``truncate=true`` is its default and left out."""
+    rope = dict(rope)
+    a = rope.pop("attention_factor", None)
+    if a is not None:
+        rope["attn_factor"] = a / _yarn_mscale(factor)
+    if rope.get("truncate", True):
+        rope.pop("truncate", None)  # the default everywhere
+    return rope
+
+
+def yarn_flags(params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """llama.cpp's yarn: its ramp floors/ceils the correction dims (``truncate``) and
+    ``--yarn-attn-factor`` multiplies ``0.1 ln s + 1``."""
+    if not params.get("truncate", True):
+        raise UserError(
+            "llamacpp cannot express yarn with truncate=false: it always rounds the correction range to whole dims",
+            "export yarn with the default truncate=true, or --to transformers",
+        )
+    a = params.get("attention_factor")
+    return {
+        "--rope-scaling": "yarn", "--rope-scale": factor, "--rope-freq-base": geom.base,
+        "--yarn-orig-ctx": geom.trained_len, "--yarn-ext-factor": "1",
+        "--yarn-attn-factor": 1.0 if a is None else float(a) / _yarn_mscale(factor),
+        "--yarn-beta-fast": float(params["beta_fast"]), "--yarn-beta-slow": float(params["beta_slow"]),
+    }  # fmt: skip
+
+
+def llama3_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    L = geom.trained_len
+    return {"rope_type": "llama3", "factor": factor, "original_max_position_embeddings": L,
+            "low_freq_factor": float(params["low_freq_factor"]), "high_freq_factor": float(params["high_freq_factor"])}, int(round(factor * L))  # fmt: skip
+
+
+def longrope_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    L = geom.trained_len
+    long, short = _longrope_factors(geom, params.get("factors"))
+    rope = {"rope_type": "longrope", "factor": factor, "original_max_position_embeddings": L,
+            "long_factor": [float(x) for x in long], "short_factor": [float(x) for x in short]}  # fmt: skip
+    if params.get("attention_factor") is not None:
+        rope["attention_factor"] = float(params["attention_factor"])
+    return rope, int(round(factor * L))
+
+
+def ntk_mixed_fields(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+    """vLLM's ``ntk`` rope type with ``mixed_b``: ``get_rope`` reads ``rope_parameters["factor"]`` and
+    ``rope_parameters.get("mixed_b")`` into ``NTKScalingRotaryEmbedding(..., scaling_factor, dtype,
+    mixed_b)`` (vllm-project/vllm ``vllm/model_executor/layers/rotary_embedding/__init__.py`` at
+    commit 926c71f6f25f8fe0a71ba4b168205e64bef24a36). Its cos/sin cache covers
+    ``max_position_embeddings`` positions and is not stretched by the factor, so that is set to ``s*L``."""
+    rope = {"rope_type": "ntk", "factor": factor, "mixed_b": float(params["mixed_b"])}
+    return rope, int(round(factor * geom.trained_len))
+
+
+def native_export(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int | None]:
+    """The model as shipped: its own rope parameters and length."""
+    return native_rope(geom), geom.max_positions or None
+
+
+def native_vllm(rope: dict, factor: float) -> dict:
+    """The config's own rope type, where vLLM has it."""
+    rope_type = rope["rope_type"]
+    if rope_type not in VLLM_ROPE_TYPES:
+        raise UserError(
+            f"vllm cannot express this model's own RoPE type '{rope_type}'" + (f": {DYNAMIC_IN_VLLM}" if rope_type == "dynamic" else ""),
+            f"vllm supports rope types: {', '.join(VLLM_ROPE_TYPES)}",
+        )
+    return yarn_vllm(rope, factor) if rope_type == "yarn" else dict(rope)
+
+
+def proportional_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, None]:
+    """transformers' ``proportional`` (v5; 4.x has no such type): its ``partial_rotary_factor`` is
+    the proportion of the head rotated, so a model that rotates only part of its head already
+    cannot take it (see :func:`proportional_freqs`)."""
+    if geom.rotary_dim != geom.head_dim:
+        raise UserError(
+            f"transformers cannot express proportional on a model that rotates {geom.rotary_dim} of its {geom.head_dim} "
+            "head dims: its 'proportional' type rotates the whole head, with exponents 2i/head_dim, and reads "
+            "partial_rotary_factor as the proportion of the head rotated",
+            "export it --to json, or use a model whose rotary dim is its head dim",
+        )
+    return {"rope_type": "proportional", "factor": factor, "partial_rotary_factor": float(params["partial_rotary_factor"])}, None
+
+
+# vLLM's Dual Chunk Attention (vllm-project/vllm): ``get_rope`` builds a ``DualChunkRotaryEmbedding`` from the
+# config's ``dual_chunk_attention_config`` (``chunk_size``, ``local_size``) whatever ``rope_parameters`` says
+# (``rotary_embedding/__init__.py`` @07b12f1b, ``dual_chunk_rope.py`` @07b13497: the positions of
+# :func:`dca_branches`), and the ``DUAL_CHUNK_FLASH_ATTN`` backend (``attention/backends/dual_chunk_flash_attn.py``
+# @006e0acb, a V0-engine backend) runs the three parts; ``original_max_position_embeddings``, left out,
+# would add a length-dependent temperature. Only these model types pass the config on to them
+# (``models/qwen3.py``, ``qwen3_moe.py`` @002456df; ``qwen2.py``, ``qwen2_moe.py``): any other ignores it silently.
+VLLM_DUAL_CHUNK_MODELS = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+DCA_REFUSAL = "{engine} has no dual chunk attention (it changes attention itself; vLLM runs it: export --to vllm)"
+VLLM_DUAL_CHUNK_ENV = {"VLLM_ATTENTION_BACKEND": "DUAL_CHUNK_FLASH_ATTN", "VLLM_USE_V1": "0"}
+
+
+def dca_vllm(rope: dict, params: dict, geom: RopeGeometry, factor: float) -> dict:
+    """``dca`` for vLLM: ``dual_chunk_attention_config`` with the authors' ``chunk_size`` and ``local_window``
+    (vLLM's ``local_size``), its attention backend on the V0 engine, eager mode (as Qwen2.5-1M's
+    instructions run it). vLLM's dual-chunk rotary embedding takes only the base and partial rotary
+    factor, so a frequency method under it (``yarn+dca``) cannot be expressed; nor can a model type
+    whose vLLM implementation does not read the config."""
+    if rope.get("rope_type", "default") != "default":
+        raise UserError(
+            f"vllm cannot express dca over rope type '{rope['rope_type']}': its DualChunkRotaryEmbedding takes the "
+            "base only and ignores rope_parameters' type",
+            "export --method dca alone (plain RoPE frequencies), or --to json",
+        )
+    if geom.model_type and geom.model_type not in VLLM_DUAL_CHUNK_MODELS:
+        raise UserError(
+            f"vllm cannot express dca on model type '{geom.model_type}': its implementation ignores "
+            "dual_chunk_attention_config (it would serve plain RoPE)",
+            f"vllm runs dual chunk attention for model types {', '.join(VLLM_DUAL_CHUNK_MODELS)}; or export --to json",
+        )
+    config = {"chunk_size": int(params["chunk_size"]), "local_size": int(params["local_window"])}
+    return {"hf_overrides": {"dual_chunk_attention_config": config}, "env": dict(VLLM_DUAL_CHUNK_ENV), "flags": ["--enforce-eager"]}
+
+

@@ -1,0 +1,188 @@
+"""``ctxbench export``: a method and factor as the settings of the engine you serve with.
+
+* ``transformers``: the config fields, ``rope_parameters`` for transformers >= 5 and
+  ``rope_scaling`` (with ``rope_theta``) for 4.x, plus ``max_position_embeddings``;
+* ``vllm``: the ``--hf-overrides`` JSON and ``--max-model-len``; for an attention-level method vLLM
+  runs itself (``dca``: its ``dual_chunk_attention_config``), also the environment and flags it needs,
+  printed as a whole ``vllm serve`` command;
+* ``llamacpp``: ``llama-server``/``llama-cli`` flags (``--rope-scaling``, ``--rope-scale``,
+  ``--rope-freq-base``, ``--yarn-orig-ctx``, ``--yarn-ext-factor``, ``--yarn-attn-factor``,
+  ``--yarn-beta-fast``, ``--yarn-beta-slow``, ``--ctx-size``);
+* ``json``: ctxbench's own description (method, factor, every parameter, geometry) — any method.
+
+Each method's registry entry says how each engine takes it (``Method.exports`` in
+:mod:`ctxbench.methods`: a function giving the engine's fields or flags, or the reason it cannot,
+such as the yarn ``attention_factor`` trap: transformers' (which ctxbench follows) *replaces*
+``0.1 ln s + 1``, vLLM's and llama.cpp's ``attn_factor`` *multiplies* it). This module adds what
+every method shares and never asks a method's name. What an engine cannot express is one
+:class:`UserError` naming what it supports.
+
+Nothing heavy is imported at module import time (the registry, torch and transformers load inside functions).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ctxbench.errors import UserError, unknown
+from ctxbench.methods import METHODS, check_applicable, effective_params, exportable, resolve
+from ctxbench.model.geometry import RopeGeometry
+from ctxbench.parsing import parse_factor, parse_length
+
+SERVING_ENGINES = ("transformers", "vllm", "llamacpp")  # the fields of methods.Exports
+ENGINES = (*SERVING_ENGINES, "json")
+
+
+def supported(engine: str) -> tuple[str, ...]:
+    """The methods ``engine`` can express, for the error when it cannot (every method for ``json``)."""
+
+    return ("every method",) if engine == "json" else exportable(engine)
+
+
+def __getattr__(name: str):
+    """``SUPPORTED`` (engine -> :func:`supported`) and ``WHY`` ((engine, method) -> the reason it
+    cannot express it): views of the registry's entries, built when asked."""
+    if name == "SUPPORTED":
+        return {engine: supported(engine) for engine in ENGINES}
+    if name == "WHY":
+
+        return {(engine, n): m.exports.refusal(engine) for n, m in METHODS.items() for engine in SERVING_ENGINES
+                if m.exports.refusal(engine)}  # fmt: skip
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _geometry(model, head_dim, base, trained_len, trust_remote_code):
+
+    if model:
+        from ctxbench.model.load import load_config
+
+        return RopeGeometry.from_config(load_config(model, trust_remote_code))
+    if head_dim is None or base is None or trained_len is None:
+        raise UserError("export needs a geometry", "pass --model M, or all of --head-dim D --base B --trained-len L")
+    return RopeGeometry(head_dim=int(head_dim), rotary_dim=int(head_dim), base=float(base), trained_len=parse_length(str(trained_len)))
+
+
+def rope_parameters(setting, geom, factor: float) -> tuple[dict, int | None]:
+    """The method in transformers >= 5 terms: (``rope_parameters``, ``max_position_embeddings`` to set or None).
+
+    Raises :class:`UserError` for methods transformers cannot express.
+    """
+    reason = setting.export_refusal("transformers")
+    if reason is not None:
+        raise _cannot("transformers", setting, reason)
+    return _rope_fields(setting, geom, factor)
+
+
+def _rope_fields(setting, geom, factor: float) -> tuple[dict, int | None]:
+    """The frequency method's transformers fields over the base (and partial rotary factor) every method
+    has; for a method transformers cannot express, the fields of vLLM's own rope type (``Exports.fields``)."""
+    out: dict = {"rope_theta": geom.base}
+    if geom.rotary_dim != geom.head_dim:
+        out["partial_rotary_factor"] = geom.rotary_dim / geom.head_dim
+    exports = setting.freq.exports
+    how = exports.transformers if callable(exports.transformers) else exports.fields
+    fields, max_pos = how(setting.freq_params(), geom, factor)
+    return {**out, **fields}, max_pos
+
+
+def _cannot(engine: str, setting, why: str) -> UserError:
+    name = setting.name if setting.attention is not None else setting.freq.name
+    return UserError(
+        f"{engine} cannot express method '{name}'" + (f": {why}" if why else ""),
+        f"{engine} supports: {', '.join(supported(engine))} (or export --to json)",
+    )
+
+
+def _transformers(setting, geom, factor) -> dict:
+    rope, max_pos = _rope_fields(setting, geom, factor)
+    v5: dict = {"rope_parameters": rope}
+    v4: dict = {"rope_theta": rope["rope_theta"]}
+    # the model's own partial rotary factor is a config field in 4.x; a method's (proportional's) stays in rope_scaling
+    own = geom.rotary_dim != geom.head_dim
+    scaling = {k: v for k, v in rope.items() if k != "rope_theta" and not (own and k == "partial_rotary_factor")}
+    v4["rope_scaling"] = None if scaling.get("rope_type") == "default" else scaling
+    if own:
+        v4["partial_rotary_factor"] = rope["partial_rotary_factor"]
+    if max_pos is not None:
+        v5["max_position_embeddings"] = v4["max_position_embeddings"] = max_pos
+    return {"transformers>=5": v5, "transformers<5": v4}
+
+
+def _vllm(setting, geom, factor) -> dict:
+    rope, max_pos = _rope_fields(setting, geom, factor)
+    overrides: dict = {"rope_parameters": setting.freq.exports.vllm(rope, factor)}
+    if max_pos is not None:
+        overrides["max_position_embeddings"] = max_pos
+    model_len = max_pos or int(round(factor * geom.trained_len))
+    out: dict = {"hf_overrides": overrides, "max_model_len": model_len}
+    if setting.attention is not None:  # one vLLM runs itself (export_refusal said so): what it adds
+
+        extra = setting.attention.exports.vllm(overrides["rope_parameters"], effective_params(setting, geom, factor), geom, factor)
+        overrides.update(extra.get("hf_overrides", {}))
+        out.update(env=dict(extra.get("env", {})), flags=list(extra.get("flags", [])))
+    return out
+
+
+def _llamacpp(setting, geom, factor) -> list[str]:
+    flags = setting.freq.exports.llamacpp(setting.freq_params(), geom, factor)
+    flags = {**flags, "--ctx-size": int(round(factor * geom.trained_len))}
+    return [text for flag, value in flags.items() for text in (flag, value if isinstance(value, str) else _num(value))]
+
+
+def _num(x: float) -> str:
+    """A flag value: ``4`` for 4.0, else the shortest repr that reads back as the same double."""
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
+
+
+def _engine(to: str) -> str:
+    engine = str(to).strip().lower()
+    engine = {"hf": "transformers", "llama.cpp": "llamacpp", "llama-cpp": "llamacpp"}.get(engine, engine)
+    if engine not in ENGINES:
+        raise unknown("engine", engine, ENGINES)
+    return engine
+
+
+def export_settings(method: str, factor, to: str, model: str | None = None, head_dim: int | None = None,
+                    base: float | None = None, trained_len=None, params: dict | None = None,
+                    trust_remote_code: bool = False):  # fmt: skip
+    """The structured export (dict, or a list of flags for llama.cpp); :func:`export` prints it."""
+
+    engine = _engine(to)
+    setting = resolve(method, params, runnable=True)  # every value checked before a config is read
+    s = parse_factor(factor)
+    geom = _geometry(model, head_dim, base, trained_len, trust_remote_code)
+    check_applicable(setting, geom)
+    if not geom.has_rope:
+        raise UserError(
+            f"model type '{geom.model_type}' has no RoPE ({geom.position} positions): there are no rope settings to export",
+            "serve it unchanged",
+        )
+    if engine == "json":
+        return {
+            "method": setting.name, "factor": s, "method_params": effective_params(setting, geom, s),
+            "geometry": {"head_dim": geom.head_dim, "rotary_dim": geom.rotary_dim, "base": geom.base, "trained_len": geom.trained_len},
+        }  # fmt: skip
+    reason = setting.export_refusal(engine)
+    if reason is not None:
+        raise _cannot(engine, setting, reason)
+    return {"transformers": _transformers, "vllm": _vllm, "llamacpp": _llamacpp}[engine](setting, geom, s)
+
+
+def export(method: str, factor, to: str, model: str | None = None, head_dim: int | None = None,
+           base: float | None = None, trained_len=None, params: dict | None = None,
+           trust_remote_code: bool = False) -> str:  # fmt: skip
+    """The text ``ctxbench export`` prints: JSON for transformers and json, a command line fragment
+    for vLLM and llama.cpp. Raises :class:`UserError` for bad input or what the engine cannot express."""
+    out = export_settings(method, factor, to, model, head_dim, base, trained_len, params, trust_remote_code)
+    engine = _engine(to)
+    if engine == "llamacpp":
+        return " ".join(out)
+    if engine == "vllm":
+        overrides = json.dumps(out["hf_overrides"], separators=(",", ":"))
+        text = f"--hf-overrides '{overrides}' --max-model-len {out['max_model_len']}"
+        if out.get("env") or out.get("flags"):  # the whole command: the environment goes before it
+            env = " ".join(f"{k}={v}" for k, v in out.get("env", {}).items())
+            text = f"{env} vllm serve {model or 'MODEL'} {text} {' '.join(out.get('flags', []))}".strip()
+        return text
+    return json.dumps(out, indent=2)

@@ -1,0 +1,95 @@
+"""Method entries from loose values: ``"none,yarn"`` and parameters -> resolved, labelled entries.
+
+A parameter given as a list (``--param beta_fast=16,32``, or ``params = { group = [2, 4] }`` in a suite)
+makes one entry per value, and several listed parameters make their product. Each entry has a label
+(default ``yarn(beta_fast=16)``: the name and its non-default parameters, see
+:func:`ctxbench.methods.default_label`); two entries with the same label are an error naming both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from ctxbench.errors import UserError
+from ctxbench.methods.setting import default_label, resolve
+from ctxbench.parsing import split_list
+
+
+def expand(params: dict, declared: dict | None = None, method: str = "") -> list[dict]:
+    """``{"a": [1, 2], "b": 3}`` -> ``[{"a": 1, "b": 3}, {"a": 2, "b": 3}]`` (keys in order).
+
+    ``declared`` (``{name: Param}``) says which lists are grids: for a list-valued parameter
+    (LongRoPE's ``factors``) a list of numbers is one value, a list of files or lists a grid."""
+    keys = list(params)
+
+    def grid(k) -> bool:
+        p = (declared or {}).get(k)
+        return p.is_grid(params[k]) if p is not None else isinstance(params[k], (list, tuple))
+
+    choices = [list(params[k]) if grid(k) else [params[k]] for k in keys]
+    for k, values in zip(keys, choices, strict=True):
+        if not values:
+            owner = f"{method} parameter" if method else "parameter"
+            raise UserError(f"{owner} '{k}' has an empty list of values", "give at least one value")
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*choices)]
+
+
+def method_entries(name: str, params: dict | None = None, label: str | None = None) -> list:
+    """One method name with its parameters -> its resolved entries (a grid if values are lists).
+    A given ``label`` names a single entry, or is suffixed with the parameters of each grid point.
+    Every entry is checked as one that will run (:func:`ctxbench.methods.resolve`, ``runnable``)."""
+    params = dict(params or {})
+    declared = resolve(name).declarations()
+    grid = expand(params, declared, name)
+    out = []
+    for point in grid:
+        setting = resolve(name, point, runnable=True)
+        if label:
+            varying = {k: v for k, v in point.items() if k in declared and declared[k].is_grid(params[k])}
+            setting = dataclasses.replace(setting, label=default_label(label, varying, {}) if varying else label)
+        out.append(setting)
+    return out
+
+
+def check_labels(settings: list, where: str = "") -> None:
+    """Two entries with the same label would merge in every table: an error naming both."""
+    seen: dict[str, object] = {}
+    for s in settings:
+        if s.label in seen and seen[s.label] != s:
+            raise UserError(
+                f"{where}two method entries are labelled '{s.label}': {_describe(seen[s.label])} and {_describe(s)}",
+                "give one of them another label (suite: label = \"...\") or drop the duplicate",
+            )
+        seen[s.label] = s
+
+
+def _describe(setting) -> str:
+    return f"{setting.name} {setting.params_json()}"
+
+
+def resolve_methods(method, params: dict | None = None) -> list:
+    """``"none,yarn"`` (or a list) and ``params`` -> resolved, labelled entries.
+
+    ``params`` is either one dict shared by the methods (each takes the keys it knows; a key
+    none takes is an error) or ``{method: {...}}``. List values expand to grids.
+    """
+    params = params or {}
+    names = split_list(method, what="--method")
+    per_method = bool(params) and all(isinstance(v, dict) for v in params.values())
+    if not per_method:
+        for key in params:
+            if not any(key in resolve(n).defaults() for n in names):
+                resolve(names[0], {key: params[key]})  # raises "unknown parameter ... did you mean"
+                raise UserError(f"parameter '{key}' is not used by any of {', '.join(names)}", "drop it or add a method that takes it")
+    out = []
+    for name in names:
+        known = resolve(name).defaults()
+        own = params.get(name, {}) if per_method else {k: v for k, v in params.items() if k in known}
+        out += method_entries(name, own)
+    check_labels(out)
+    unique = list(dict.fromkeys(out))
+    if len(unique) != len(out):
+        dup = next(s for s in out if out.count(s) > 1)
+        raise UserError(f"method '{dup.label}' is given twice", "list each method once")
+    return unique

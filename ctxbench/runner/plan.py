@@ -1,0 +1,162 @@
+"""Plans: the grid of every job and a rough cost, printed before any model loads.
+
+The time is the FLOP count of the model's forwards and decoding steps (:mod:`ctxbench.runner.costmodel`:
+from the model's config, its size and its attention's quadratic term, suffixes attending to what
+is cached before them) at the device's measured throughput for each. Each line says where the
+throughput came from; the token counts hold for any model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ctxbench.model.size import model_size
+from ctxbench.runner.costmodel import rate_for_plan
+
+DEFAULT_TRAINED = 8192  # SmolLM2-135M's trained context, for plans made before the model loads
+LONG_RUN = 15 * 60  # seconds: above this a plan says how to make the run smaller
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    task: str
+    cells: int
+    forwards: int
+    tokens: int
+    seconds: float
+    rows: tuple  # (what, cells, tokens, seconds) per method entry
+    trials: int | None = None  # trials per accuracy cell (None: the task does not count trials)
+    auto: bool = False  # --trials auto: ``trials`` is the most a cell can run, and the plan counts them all
+    flops: float = 0.0  # of every forward and decoding step of the job
+    decode_flops: float = 0.0  # the decoding steps' share of ``flops``
+    done: int = 0  # cells the results file already holds: a run skips them, and the plan does not count them
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    jobs: tuple[JobPlan, ...]
+    basis: str = "default model, 2-core CPU"  # where the time comes from
+    timed: bool = True  # False: no throughput known for the device, only tokens
+    measured: bool = False  # the throughput was measured on this machine (else a default or none)
+
+    @property
+    def seconds(self) -> float:
+        return sum(j.seconds for j in self.jobs)
+
+    @property
+    def flops(self) -> float:
+        return sum(j.flops for j in self.jobs)
+
+    def seconds_at(self, rate) -> float:
+        """The whole plan's time at throughput ``rate`` (a :class:`~ctxbench.runner.costmodel.Throughput`)."""
+        decode = sum(j.decode_flops for j in self.jobs)
+        return rate.seconds(self.flops - decode, decode)
+
+
+def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "cpu", dtype: str = "float32",
+               size=None, pending=None) -> Plan:  # fmt: skip
+    """Cells, forwards, tokens and seconds per job, at the throughput known for ``model`` on
+    ``device`` and ``dtype``. ``size`` (a :class:`~ctxbench.runner.costmodel.ModelSize`) defaults to
+    ``model``'s. ``pending`` (one list of cells per job, or ``None`` for the whole grid): plan only
+    those cells, the ones the results file does not hold yet (:func:`pending_items`)."""
+
+    trained = trained_len or DEFAULT_TRAINED
+    size = size or model_size(model)
+    rate, basis, measured = rate_for_plan(device, dtype, model)
+    caveat = {"config": "", "name": " (size from its name)", "assumed": " (size unknown: the default model's assumed)"}[size.source]
+    basis = f"{size.name}, {basis}{caveat}"
+    out = []
+    for i, job in enumerate(jobs):
+        todo = None if pending is None else pending[i]
+        items = job.task.cost(job.settings, trained) if todo is None else pending_items(job, todo, trained)
+        rows, total_flops, total_decode = [], 0.0, 0.0
+        for item in items:
+            cached = item.cached + (0,) * (len(item.forwards) - len(item.cached))
+            longest = max((n + c for n, c in zip(item.forwards, cached, strict=True)), default=0)
+            forward = sum(size.forward_flops(n, cached=c) for n, c in zip(item.forwards, cached, strict=True))
+            decode = item.decode_steps * size.step_flops(longest)
+            seconds = rate.seconds(forward, decode) if rate else float("nan")
+            rows.append((item.what, item.cells, item.tokens, seconds))
+            total_flops, total_decode = total_flops + forward + decode, total_decode + decode
+        trials = getattr(job.settings, "trials", None) if job.task.fraction else None  # a fraction of trials: its interval
+        auto = trials == "auto"
+        if auto:  # the most it can take
+            trials = job.settings.max_trials
+        out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
+                           sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials=trials, auto=auto,
+                           flops=total_flops, decode_flops=total_decode))  # fmt: skip
+        if todo is not None:
+            out[-1] = replace(out[-1], done=len(todo.grid) - len(todo.cells))
+    return Plan(model, tuple(out), basis, rate is not None, measured)
+
+
+@dataclass(frozen=True)
+class Todo:
+    """The cells of a job's grid still to run (``cells``) out of all of them (``grid``)."""
+
+    grid: tuple
+    cells: tuple
+
+
+def pending_items(job, todo: Todo, trained_len: int) -> list:
+    """The job's cost items for the cells still to run: its task's ``cost`` of the job's settings
+    narrowed to each method entry and factor with its own lengths still to run. A task whose
+    settings have no ``methods``/``factors``/``lengths`` to narrow is costed whole (the most it can
+    cost). An item shared by the method entries (ppl's unscaled references) is counted once."""
+    if len(todo.cells) == len(todo.grid):
+        return job.task.cost(job.settings, trained_len)
+    lengths: dict[tuple, set[int]] = {}  # (method entry, factor) -> its lengths still to run
+    for c in todo.cells:
+        lengths.setdefault((c.method, c.factor), set()).add(c.length)
+    items: dict[str, object] = {}
+    for (method, factor), ns in lengths.items():
+        try:
+            settings = replace(job.settings, methods=(method,), lengths=tuple(sorted(ns)),
+                               factors=(factor,) if factor is not None else job.settings.factors)  # fmt: skip
+        except TypeError:  # a plug-in's settings: no narrowing
+            return job.task.cost(job.settings, trained_len)
+        for item in job.task.cost(settings, trained_len):
+            if item.what not in items or item.tokens > items[item.what].tokens:
+                items[item.what] = item
+    return list(items.values())
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def interval_note(trials: int) -> str:
+    """How sure an accuracy cell of ``trials`` trials can be: its 95% Wilson interval at half and
+    at all trials right (the widest and a typical published case)."""
+    from ctxbench.stats import wilson
+
+    half_lo, half_hi = wilson(trials // 2, trials)
+    all_lo, _ = wilson(trials, trials)
+    return (
+        f"{trials} trials per cell: 95% interval {half_lo:.0%}-{half_hi:.0%} at {trials // 2}/{trials} right, "
+        f"{all_lo:.0%}-100% at {trials}/{trials} (more --trials narrow it)"
+    )
+
+
+def print_plan(console, plan: Plan, out=None) -> None:
+    """One line per job (with the interval width its trial count gives), and advice when the whole
+    run is long."""
+    for j in plan.jobs:
+        when = f"about {_minutes(j.seconds)}" if plan.timed else f"{j.flops:.2g} FLOPs, time unknown"
+        done = f" ({j.done} more already in the results file: skipped, not counted)" if j.done else ""
+        console.print(
+            f"[bold]plan[/] {j.task}: {j.cells} cell(s){done}, {j.forwards} forward(s), {j.tokens:,} tokens through the model, "
+            f"{when} (rough: {plan.basis})"
+        )
+        if j.auto:
+            console.print(f"  [dim]--trials auto: batches of 10 until decided, at most {j.trials} trials per cell (the most it can cost, as above)[/]")
+        elif j.trials:
+            console.print(f"  [dim]{interval_note(j.trials)}[/]")
+    if plan.timed and plan.seconds > LONG_RUN:
+        console.print(
+            f"[yellow]this run is estimated at {_minutes(plan.seconds)}: for a first look use fewer or shorter "
+            "lengths (--len 2k,4k), fewer documents (--docs 1) or trials (--trials 2); --dry-run shows the plan only[/]"
+        )
+    if out is not None:
+        console.print(f"[dim]results -> {out} (finished cells are kept; rerun to resume)[/]")

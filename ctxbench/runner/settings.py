@@ -1,0 +1,104 @@
+"""Task settings from loose values: one builder for CLI options, suite tables and API keywords.
+
+Method entries expand to grids: a parameter given as a list (``--param beta_fast=16,32``, or
+``params = { group = [2, 4] }`` in a suite) makes one entry per value, and several listed
+parameters make their product. Each entry has a label (default ``yarn(beta_fast=16)``: the
+name and its non-default parameters, see :func:`ctxbench.methods.default_label`); two entries
+with the same label are an error naming both.
+"""
+
+from __future__ import annotations
+
+from ctxbench.defaults import DEFAULT_FACTOR
+from ctxbench.errors import UserError, closest, unknown
+from ctxbench.methods import show_value
+from ctxbench.methods.grid import check_labels, expand, method_entries, resolve_methods  # noqa: F401  (their home before)
+from ctxbench.parsing import parse_factors, parse_lengths
+
+
+def build_settings(task, methods, factors=DEFAULT_FACTOR, lengths=None, options: dict | None = None, where: str = ""):
+    """The task's frozen settings: ``methods`` (resolved list, or a spec string), ``factors``
+    (``"2,4"`` or numbers), ``lengths`` (``"4k,8k"``, ints or None for the task's default) and the
+    task's own options (raw values; ``None`` keeps the default). Validated with the task's rules."""
+    if isinstance(methods, (str, tuple)) or (isinstance(methods, list) and methods and isinstance(methods[0], str)):
+        methods = resolve_methods(methods)
+    factors = parse_factors(factors)
+    lengths = parse_lengths(lengths) if lengths not in (None, "", []) else None
+    options = dict(options or {})
+    known = task.option_names()
+    values = {}
+    for key, raw in options.items():
+        if key not in known:
+            raise unknown(f"{where}option for task {task.name}", key, known)
+        if raw is None:
+            continue
+        option = next(o for o in task.options if o.name == key)
+        values[key] = option.parse(raw) if option.parse else raw
+    settings = task.settings(methods=tuple(methods), factors=tuple(factors), lengths=tuple(lengths) if lengths else None, **values)
+    if task.validate:
+        task.validate(settings)
+    return settings
+
+
+# ---- model-loading values, checked before anything loads ---------------------------------------
+
+DEVICES = ("auto", "cpu", "cuda")  # and cuda:N (models.resolve_device)
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # models.DTYPES, and auto
+# Attention kernels transformers 5 runs a whole model with (its AttentionInterface names, plus
+# eager). Left out: flash_attention_4 (Blackwell-only), paged|eager (continuous batching; ctxbench
+# feeds one unpadded sequence per row) and Hub kernel repos.
+ATTN_KERNELS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+# The module each flash kernel imports (transformers' is_flash_attn_{2,3}_available) and how to install it.
+FLASH_MODULES = {
+    "flash_attention_2": ("flash_attn", "pip install flash-attn"),
+    "flash_attention_3": ("flash_attn_interface", "build flash-attention's hopper/ package (FlashAttention-3, H100)"),
+}
+
+
+def is_device(device) -> bool:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N``: what ``--device`` takes."""
+    if not isinstance(device, str):
+        return False
+    index = device.removeprefix("cuda:")
+    return device in DEVICES or (device.startswith("cuda:") and index.isdigit())
+
+
+def check_attn(attn: str | None, device: str, *, flag: str = "--attn") -> None:
+    """Raise :class:`UserError` unless the attention kernel ``attn`` can run on ``device``.
+
+    ``None`` is transformers' default (sdpa). A flash kernel needs a CUDA GPU — ``device="cpu"``,
+    or ``"auto"`` on a machine without one, is an error — and its package (``flash_attn``;
+    or the ``kernels`` package, from which transformers fetches a Hub build instead). ``flag``
+    names the setting in messages: ``--attn`` on the command line, ``attn =`` in a suite.
+    torch is imported only to ask whether ``auto`` has a GPU, for a flash kernel.
+    """
+    if attn is None:
+        return
+    if attn not in ATTN_KERNELS:
+
+        guess = closest(str(attn), ATTN_KERNELS)
+        hint = f"did you mean '{guess}'? " if guess else ""
+        raise UserError(f"unknown {flag.rstrip(' =')} kernel {show_value(attn)}", f"{hint}choose one of: {', '.join(ATTN_KERNELS)}")
+    if attn not in FLASH_MODULES:
+        return
+    module, install = FLASH_MODULES[attn]
+    device_flag = flag.replace("attn", "device")
+    if device == "cpu":
+        raise UserError(f"{_option(flag, attn)} needs a CUDA GPU, and {_option(device_flag, device)} asks for the CPU",
+                        f"use {_option(flag, 'sdpa')} on the CPU")  # fmt: skip
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None and importlib.util.find_spec("kernels") is None:
+        raise UserError(f"{_option(flag, attn)} needs the '{module}' package, which is not installed",
+                        f"use {_option(flag, 'sdpa')}, or {install}")  # fmt: skip
+    if device == "auto":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"{_option(flag, attn)} needs a CUDA GPU, and none is visible ({_option(device_flag, 'auto')} runs on the CPU)",
+                            f"use {_option(flag, 'sdpa')} on the CPU")  # fmt: skip
+
+
+def _option(flag: str, value) -> str:
+    """``--attn sdpa`` on the command line, ``attn = "sdpa"`` in a suite."""
+    return f'{flag} "{value}"' if flag.endswith("=") else f"{flag} {value}"

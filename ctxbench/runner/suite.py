@@ -1,0 +1,281 @@
+"""Suite files: a whole grid in TOML, validated with errors that name the file, the key and the fix.
+
+    model = "smollm2-135m"          # optional: device, dtype, attn, seed, out, trust_remote_code
+    out = "results/nightly.csv"     # default output (``--out`` overrides)
+
+    [[methods]]                     # every method of the suite, each with its parameters
+    name = "yarn"
+    params = { beta_fast = [16, 32] }   # a list is a grid: one entry per value (labels yarn(beta_fast=16), ...)
+
+    [[methods]]
+    name = "self-extend"
+    params = { group = [2, 4], window = [512, 1024] }   # 4 entries
+    label = "se"                    # optional; grid points get se(group=2,window=512), ...
+
+    [ppl]                           # a section per task: its options (see ``ctxbench ppl --help``)
+    factors = [2]
+    lengths = ["4k", "8k"]
+    methods = ["yarn"]              # optional subset, by name (every entry of it) or label
+
+Any registered task (``ctxbench.tasks`` entry point) has its section, with its own options.
+Values are typed as TOML types them (``trust_remote_code = true``, not ``"no"``; ``seed = 3``, not
+``"3"``), lists are non-empty, and an entry given twice is an error, as ``--method yarn,yarn`` is:
+all checked before anything loads.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
+from ctxbench.errors import UserError, closest
+from ctxbench.parsing import parse_factors, parse_lengths
+from ctxbench.runner.grid import Job
+from ctxbench.runner.settings import (
+    DEVICES,
+    DTYPES,
+    build_settings,
+    check_attn,
+    check_labels,
+    is_device,
+    method_entries,
+)
+from ctxbench.tasks import registry
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TOP_KEYS = {"model", "device", "dtype", "attn", "seed", "out", "trust_remote_code", "methods"}
+METHOD_KEYS = {"name", "params", "label"}
+GRID_KEYS = {"factors", "lengths", "methods"}
+
+
+@dataclass(frozen=True)
+class Suite:
+    path: Path
+    model: str = DEFAULT_MODEL
+    device: str = "auto"
+    dtype: str = "auto"
+    attn: str = "sdpa"
+    seed: int = 0
+    out: str | None = None
+    trust_remote_code: bool = False
+    jobs: tuple[Job, ...] = field(default_factory=tuple)
+
+
+def _bad(path: Path, what: str, fix: str) -> UserError:
+    return UserError(f"{path}: {what}", fix)
+
+
+def _toml(value) -> str:
+    """A value as TOML writes it, for errors: ``"no"``, ``true``, ``1.5``, ``[]``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }" if value else "{}"
+    return str(value)
+
+
+def _check_keys(path: Path, where: str, got: dict, allowed: set[str]) -> None:
+    for key in got:
+        if key not in allowed:
+            guess = closest(key, allowed)
+            hint = f"did you mean '{guess}'? " if guess else ""
+            raise _bad(path, f"unknown key '{key}' in {where}", f"{hint}allowed keys: {', '.join(sorted(allowed))}")
+
+
+def _value(path: Path, where: str, key: str, fn, value):
+    try:
+        return fn(value)
+    except UserError as exc:
+        raise _bad(path, f"bad {key} in {where}: {exc.what}", exc.fix) from None
+    except (TypeError, ValueError):
+        raise _bad(path, f"bad {key} in {where}: {value!r}", "see the suite format in tasks/quick.toml") from None
+
+
+# ---- top-level keys: each a TOML type, checked before anything loads ---------------------------
+
+def _text(path: Path, key: str, value, example: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        problem = "is empty" if isinstance(value, str) else f"is {_kind(value)}, not text"
+        raise _bad(path, f"{key} = {_toml(value)} {problem}", f'write {key} = "{example}" (quoted text)')
+    return value
+
+
+def _choice(path: Path, key: str, value, ok, choices: tuple[str, ...]) -> str:
+    _text(path, key, value, choices[0])
+    if not ok(value):
+        guess = closest(value, choices)
+        hint = f"did you mean '{guess}'? " if guess else ""
+        raise _bad(path, f"unknown {key} = {_toml(value)}", f"{hint}choose one of: {', '.join(choices)}")
+    return value
+
+
+def _kind(value) -> str:
+    """``an integer``, ``a string``...: the TOML type of a value, for errors."""
+    return {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table"}.get(
+        type(value), f"a {type(value).__name__}")
+
+
+def _top_level(path: Path, data: dict) -> dict:
+    """The typed top-level values (those given): booleans are TOML booleans, the seed an integer,
+    the rest non-empty text from their choices; the attention kernel must run on the device."""
+
+    out: dict = {}
+    if "model" in data:
+        out["model"] = _text(path, "model", data["model"], DEFAULT_MODEL)
+    if "out" in data:
+        out["out"] = _text(path, "out", data["out"], "results/suite.csv")
+    if "device" in data:
+        out["device"] = _choice(path, "device", data["device"], is_device, (*DEVICES, "cuda:N"))
+    if "dtype" in data:
+        out["dtype"] = _choice(path, "dtype", data["dtype"], lambda v: v in DTYPES, DTYPES)
+    if "seed" in data:
+        seed = data["seed"]
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            problem = "is negative" if isinstance(seed, int) and not isinstance(seed, bool) else f"is {_kind(seed)}, not an integer"
+            raise _bad(path, f"seed = {_toml(seed)} {problem}", "write a whole number >= 0 without quotes, e.g. seed = 0")
+        out["seed"] = seed
+    if "trust_remote_code" in data:
+        flag = data["trust_remote_code"]
+        if not isinstance(flag, bool):
+            raise _bad(path, f"trust_remote_code = {_toml(flag)} is {_kind(flag)}, not a boolean",
+                       "write trust_remote_code = true or false, without quotes")  # fmt: skip
+        out["trust_remote_code"] = flag
+    if "attn" in data:
+        attn = _text(path, "attn", data["attn"], "sdpa")
+        try:
+            check_attn(attn, out.get("device", "auto"), flag="attn =")
+        except UserError as exc:
+            raise _bad(path, exc.what, exc.fix) from None
+        out["attn"] = attn
+    return out
+
+
+# ---- methods ------------------------------------------------------------------------------------
+
+def _methods(path: Path, entries) -> list:
+
+    if isinstance(entries, dict):
+        raise _bad(path, "[methods] is one table", 'write each method as its own [[methods]] table (double brackets) with name = "..."')
+    if not isinstance(entries, list) or not entries:
+        problem = "lists no method" if isinstance(entries, list) else f"is {_kind(entries)}, not [[methods]] tables"
+        raise _bad(path, f"methods = {_toml(entries)} {problem}",
+                   'write a [[methods]] table with name = "..." for each method, or leave methods out to run plain RoPE (none)')  # fmt: skip
+    out, seen = [], []  # seen: (entry number, setting)
+    for i, entry in enumerate(entries):
+        where = f"[[methods]] entry {i + 1}"
+        if not isinstance(entry, dict):
+            raise _bad(path, f"{where} is {_toml(entry)}, not a table", 'write [[methods]] then name = "yarn" (and optionally params = { ... })')
+        if "name" not in entry:
+            raise _bad(path, f"{where} has no name", 'write name = "yarn" (and optionally params = { ... })')
+        _check_keys(path, where, entry, METHOD_KEYS)
+        name, params, label = entry["name"], entry.get("params", {}), entry.get("label")
+        if not isinstance(name, str) or not name.strip():
+            raise _bad(path, f"{where} has name = {_toml(name)}", 'write the method\'s name as text, e.g. name = "yarn" (see `ctxbench methods`)')
+        if not isinstance(params, dict):
+            raise _bad(path, f"{where} has params = {_toml(params)}, not a table", "write params = { beta_fast = 16 }")
+        if label is not None and (not isinstance(label, str) or not label.strip()):
+            raise _bad(path, f"{where} has label = {_toml(label)}", 'write a non-empty label as text, e.g. label = "yarn-16"')
+        for setting in _value(path, where, "method", lambda a: method_entries(*a), (name, params, label)):
+            twin = next(((j, s) for j, s in seen if _same(s, setting)), None)
+            if twin is not None:  # the CLI refuses --method yarn,yarn the same way
+                j, other = twin
+                what = f"method '{setting.label}'" + (f" (also labelled '{other.label}')" if other.label != setting.label else "")
+                places = f"[[methods]] entries {j} and {i + 1}" if j != i + 1 else where
+                raise _bad(path, f"{what} is given twice ({places})", "list each method once")
+            seen.append((i + 1, setting))
+            out.append(setting)
+    _value(path, "[[methods]]", "methods", check_labels, out)
+    return out
+
+
+def _same(a, b) -> bool:
+    """The same computation, whatever the labels: it would run every cell twice."""
+    return (a.name, a.params, a.logn) == (b.name, b.params, b.logn)
+
+
+def _section_methods(path: Path, where: str, wanted, methods: list) -> list:
+    if not isinstance(wanted, list) or not wanted:
+        problem = "lists no method" if isinstance(wanted, list) else f"is {_kind(wanted)}, not a list of names"
+        raise _bad(path, f"methods = {_toml(wanted)} in {where} {problem}",
+                   f"list names or labels of [[methods]] entries, e.g. methods = [\"{methods[0].label}\"], or leave it out for all")  # fmt: skip
+    chosen = []
+    for i, name in enumerate(wanted):
+        if not isinstance(name, str):
+            raise _bad(path, f"methods in {where} has {_toml(name)}, not a name", 'write names as text, e.g. methods = ["none", "yarn"]')
+        if name in wanted[:i]:
+            raise _bad(path, f"methods in {where} lists '{name}' twice", "list each method once")
+        hits = [m for m in methods if name in (m.label, m.name)]
+        if not hits:
+            raise _bad(path, f"{where} uses method '{name}' that has no [[methods]] entry",
+                       f"add [[methods]] name = \"{name}\" or use one of: {', '.join(m.label for m in methods)}")  # fmt: skip
+        chosen += [m for m in hits if m not in chosen]
+    return chosen
+
+
+def _grid_list(path: Path, where: str, key: str, value) -> list:
+    """``factors``/``lengths`` as a non-empty TOML list of numbers (lengths: or text such as "4k")."""
+    example = "factors = [2, 4]" if key == "factors" else 'lengths = ["4k", "8k"]'
+    if not isinstance(value, list) or not value:
+        problem = "is an empty list" if isinstance(value, list) else f"is {_kind(value)}, not a list"
+        raise _bad(path, f"{key} = {_toml(value)} in {where} {problem}", f"write e.g. {example}")
+    for item in value:
+        number = isinstance(item, (int, float)) and not isinstance(item, bool)
+        if not (number or (key == "lengths" and isinstance(item, str))):
+            raise _bad(path, f"{key} in {where} has {_toml(item)}, {_kind(item)}",
+                       f"write {'numbers' if key == 'factors' else 'token counts or text such as 4k'}, e.g. {example}")  # fmt: skip
+    return value
+
+
+def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
+    """Read and validate a suite file; every problem is a :class:`UserError` naming file and key."""
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"suite file '{path}' not found", "give the path of a .toml suite, e.g. tasks/quick.toml")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise _bad(path, f"not valid TOML ({exc})", "fix the syntax (see tasks/quick.toml)") from None
+    except UnicodeDecodeError:
+        raise _bad(path, "not a text file", "give a TOML suite such as tasks/quick.toml") from None
+    tasks = registry() if tasks is None else tasks
+    _check_keys(path, "the top level", data, TOP_KEYS | set(tasks))
+    top = _top_level(path, data)
+    names = [t for t in data if t in tasks]  # in the order of the file
+    if not names:
+        raise _bad(path, "no task section", f"add a section for one of the tasks: {', '.join(f'[{t}]' for t in tasks)}")
+    methods = _methods(path, data["methods"] if "methods" in data else [{"name": "none"}])
+    jobs = []
+    for name in names:
+        task, section, where = tasks[name], data[name], f"[{name}]"
+        if not isinstance(section, dict):
+            raise _bad(path, f"{where} must be a table", f"write [{name}] followed by key = value lines")
+        _check_keys(path, where, section, GRID_KEYS | set(task.option_names()))
+        chosen = _section_methods(path, where, section["methods"], methods) if "methods" in section else methods
+        options = {k: v for k, v in section.items() if k not in GRID_KEYS}
+        for key in ("factors", "lengths"):
+            if key in section:
+                _value(path, where, key, _parser(key), _grid_list(path, where, key, section[key]))
+        for option in task.options:  # parsed one by one so an error names its key
+            if option.name in options and option.parse:
+                _value(path, where, option.name, option.parse, options[option.name])
+        args = (task, chosen, section.get("factors", [DEFAULT_FACTOR]), section.get("lengths"), options)
+        settings = _value(path, where, "settings", lambda a: build_settings(*a), args)
+        jobs.append(Job(task, settings))
+    return Suite(path=path, jobs=tuple(jobs), **top)
+
+
+def _parser(key: str):
+
+    return parse_factors if key == "factors" else parse_lengths

@@ -1,0 +1,94 @@
+"""Parsers of task option values that tasks share: positive ints, choices, booleans, ``--chat`` and
+the needle depths (``--depths N`` or ``--depth 0,0.5,1``). Each raises one :class:`~ctxbench.errors.UserError`
+naming the flag and the fix."""
+
+from __future__ import annotations
+
+from ctxbench.errors import UserError, closest
+from ctxbench.tasks.base import Option
+
+
+def parse_positive_int(value, flag: str) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise UserError(f"{flag} '{value}' is not a whole number", f"pass e.g. {flag} 4") from None
+    if number < 1:
+        raise UserError(f"{flag} {number} must be >= 1", f"pass e.g. {flag} 4")
+    return number
+
+
+def parse_choice(value, flag: str, choices: tuple[str, ...]) -> str:
+    text = str(value).strip().lower()
+    if text not in choices:
+        guess = closest(text, choices)
+        raise UserError(f"unknown {flag} '{value}'", (f"did you mean '{guess}'? " if guess else "") + f"choose one of: {', '.join(choices)}")
+    return text
+
+
+def parse_bool(value, flag: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise UserError(f"{flag} '{value}' is not true or false", f"pass {flag} true or {flag} false")
+
+
+def parse_chat(value) -> bool | None:
+    """``--chat``/``--no-chat``, a suite's ``chat = true|false``, or ``"auto"`` (the default: decided
+    by :func:`settle_chat` once the model is loaded)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    return parse_bool(value, "--chat")
+
+
+def parse_depths(depths: int | None = None, depth: str | None = None) -> list[float]:
+    """``depths`` N evenly spaced in [0, 1], or ``depth`` an explicit comma list (``0.1,0.5``);
+    default 5 depths (0, 0.25, 0.5, 0.75, 1)."""
+    if depths is not None and depth is not None:
+        raise UserError("give --depths N or --depth LIST, not both", "e.g. --depths 5 or --depths 0.1,0.5,0.9")
+    if depth is not None:
+        values = []
+        for part in str(depth).split(","):
+            try:
+                value = float(part)
+            except ValueError:
+                raise UserError(f"bad depth '{part}': not a number", "depths are fractions in [0, 1], e.g. 0.5") from None
+            if not 0.0 <= value <= 1.0 or value != value:
+                raise UserError(f"depth {part} is outside [0, 1]", "0 puts the needle at the start of the haystack, 1 at its end")
+            values.append(value)
+        if len(set(values)) != len(values):
+            raise UserError(f"a depth is given twice in '{depth}'", "list each depth once")
+        return sorted(values)
+    n = 5 if depths is None else depths
+    if n < 1:
+        raise UserError(f"--depths {n} must be >= 1", "e.g. --depths 5 for 0, 0.25, 0.5, 0.75, 1")
+    return [0.5] if n == 1 else [round(i / (n - 1), 4) for i in range(n)]
+
+
+def parse_depths_option(value) -> tuple[float, ...]:
+    """``--depths 5`` (N evenly spaced) or ``--depths 0.1,0.5`` (a list; also a TOML list)."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise UserError("empty list of depths", "give at least one depth, e.g. [0.5]")
+        return tuple(parse_depths(None, ",".join(map(str, value))))
+    text = str(value).strip()
+    if "," in text or "." in text:
+        return tuple(parse_depths(None, text))
+    return tuple(parse_depths(parse_positive_int(text, "--depths"), None))
+
+
+def _explicit_depths(value) -> tuple[float, ...]:
+    """``--depth 0.1,0.5`` as the first release read it: always an explicit list (``--depth 1`` is depth 1.0)."""
+    return tuple(parse_depths(None, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)))
+
+
+def depths_option(help: str):  # noqa: A002
+    """The shared ``--depths`` option: N evenly spaced depths or a comma list. Each depth is its
+    own cell (the ``depth`` column), so the list itself is not part of the cell key. ``--depth``
+    (the first release's explicit list) is kept as a hidden alias."""
+
+    return Option("depths", help, parse_depths_option, identity=False, aliases=("--depth",), alias_parse=_explicit_depths)

@@ -1,0 +1,133 @@
+"""PNG plots for people (matplotlib's headless Agg backend), each with a title naming the model,
+task and factor, and a legend. Each task owns its plots (``Task.plots``: perplexity's are in
+:mod:`ctxbench.tasks.ppl`); this module holds what they share — the figure helpers and the
+accuracy heatmaps (depth x length) per (model, task, method label, factor) that the retrieval
+tasks draw — and :func:`write_plots`, which asks every task for its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ctxbench.errors import UserError
+from ctxbench.parsing import len_label
+from ctxbench.tasks import registry
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def safe_name(name) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(name))
+
+
+def extra_of(r) -> dict:
+    from ctxbench.tasks.base import extra_of as read
+
+    return read(r)
+
+
+def factor_of(r) -> str:
+    try:
+        return f"{float(r['factor']):g}"
+    except ValueError:
+        return ""
+
+
+def series_style(i: int) -> dict:
+    """Line color and style of the ``i``-th series of a plot: matplotlib's ten default colors, then
+    the same colors dashed, dash-dotted, dotted, so no two of up to 40 series look alike (a twelve
+    method grid drew dca and yarn in the same blue)."""
+    return {"color": f"C{i % 10}", "linestyle": ("-", "--", "-.", ":")[i // 10 % 4]}
+
+
+def legend(ax, beside: bool = False) -> None:
+    """The series legend, its handles long enough to show a dashed style (:func:`series_style`);
+    ``beside``: right of the axes, for many series or lines that fill the whole height."""
+    where = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0) if beside else {}
+    ax.legend(fontsize=8, handlelength=3.5, **where)
+
+
+def mark_trained(ax, trained: int, text: str) -> None:
+    ax.axvline(trained, color="grey", linestyle="--", linewidth=1)
+    ax.text(trained, ax.get_ylim()[1], f" {text}", va="top", ha="left", color="grey", fontsize=8)
+
+
+def save(plt, fig, path: Path, paths: list[Path]) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    paths.append(path)
+
+
+def ok_rows(records, task, metric):
+    return [r for r in records if r["task"] == task and r["metric"] == metric and r["status"] == "ok"]
+
+
+def by_factor(rows):
+    """Rows grouped by (model, factor); factor-free rows (methods that ignore the factor) join every group."""
+    factors = {(r["model"], factor_of(r)) for r in rows if factor_of(r)}
+    out: dict[tuple, list] = {}
+    for r in rows:
+        f = factor_of(r)
+        targets = [k for k in factors if k[0] == r["model"]] if not f else [(r["model"], f)]
+        for k in targets or [(r["model"], "")]:
+            out.setdefault(k, []).append(r)
+    return out
+
+
+def depth_heatmaps(records: list[dict], directory: Path, task: str, metric: str = "correct") -> list[Path]:
+    """Mean per-trial score, depth x length, per (model, variant, method label, factor)."""
+    plt = pyplot()
+    paths = []
+    rows = [r for r in ok_rows(records, task, metric) if r["depth"] not in ("", None)]
+    for (model, factor), part in sorted(by_factor(rows).items()):
+        for variant, label in sorted({(r.get("variant", ""), r["label"]) for r in part}):
+            mine = [r for r in part if r["label"] == label and r.get("variant", "") == variant]
+            depths = sorted({float(r["depth"]) for r in mine}, reverse=True)
+            lengths = sorted({int(r["length"]) for r in mine})
+            grid = [[None] * len(lengths) for _ in depths]
+            counts = [[0] * len(lengths) for _ in depths]
+            for r in mine:
+                i, j = depths.index(float(r["depth"])), lengths.index(int(r["length"]))
+                grid[i][j] = (grid[i][j] or 0.0) + float(r["value"])
+                counts[i][j] += 1
+            values = [[None if c == 0 else g / c for g, c in zip(gr, cr, strict=True)] for gr, cr in zip(grid, counts, strict=True)]
+            fig, ax = plt.subplots(figsize=(max(4.5, 2.2 + 1.1 * len(lengths)), max(3.2, 1.6 + 0.55 * len(depths))), dpi=120)
+            image = ax.imshow([[float("nan") if v is None else v for v in row] for row in values], cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+            ax.set_xticks(range(len(lengths)), [len_label(n) for n in lengths])
+            ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+            for i, row in enumerate(values):
+                for j, v in enumerate(row):
+                    if v is not None:
+                        ax.text(j, i, f"{v:.0%}", ha="center", va="center", fontsize=8)
+            ax.set_xlabel("prompt length (tokens)")
+            ax.set_ylabel("needle depth")
+            what = task + (f" {variant}" if variant else "")
+            n = max(max(r) for r in counts)
+            ax.set_title(f"{what}: {label}, factor {factor or 'any'} — {model} ({n} trials/cell)", fontsize=9)
+            fig.colorbar(image, ax=ax, fraction=0.05, label="accuracy")
+            save(plt, fig, directory / f"{task}-{safe_name(model)}-{safe_name(variant) + '-' if variant else ''}{safe_name(label)}-x{factor or 'any'}.png", paths)
+    return paths
+
+
+def write_plots(records: list[dict], directory: str | Path, tasks: dict | None = None) -> list[Path]:
+    """Every task's plots for ``records`` into ``directory`` (created if needed)."""
+
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"--plot '{directory}' is a file", "give a directory for the PNGs")
+    directory.mkdir(parents=True, exist_ok=True)
+    tasks = registry() if tasks is None else tasks
+    paths = []
+    for name in sorted({r["task"] for r in records}):
+        task = tasks.get(name)
+        if task is not None and task.plots is not None:
+            paths += task.plots([r for r in records if r["task"] == name], directory)
+    return paths
