@@ -1,0 +1,45 @@
+"""The docs pages and the README say what the code and the committed results say: every block that
+restates them (each command's --help, the method registry, the results columns, the measured tables
+from ``ctxbench report``) is a cog block, and ``cog --check`` fails when one is stale.
+
+To regenerate after changing a command, a method, a column or a results file:
+
+    .venv/bin/cog -I scripts -r README.md docs/*.md
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+REGENERATE = ".venv/bin/cog -I scripts -r README.md docs/*.md"
+
+
+def _cog(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cogapp", "-I", "scripts", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def test_every_generated_block_is_what_the_code_and_the_committed_results_give_now():
+    proc = _cog("--check", "--diff", *PAGES)
+    assert proc.returncode == 0, f"stale generated docs; run `{REGENERATE}` and commit:\n{proc.stdout[-6000:]}{proc.stderr[-3000:]}"
+
+
+def test_the_pages_that_restate_code_have_their_blocks():
+    """A generated table moved out of its cog block would no longer be checked."""
+    wanted = {
+        "docs/cli.md": ["docgen.cli_reference("],
+        "docs/methods.md": ["docgen.methods_table(", "docgen.method_parameters("],
+        "docs/results-files.md": ["docgen.results_columns("],
+        "docs/tasks.md": ["docgen.proxy_metrics("],
+        "docs/troubleshooting.md": ["docgen.error_examples("],
+        "docs/results.md": ["docgen.report(", "docgen.proxy_study(", "docgen.ruler_tasks_2k(", "docgen.prompt_tokens(",
+                            "docgen.attention_table("],
+    }  # fmt: skip
+    for page, calls in wanted.items():
+        text = (ROOT / page).read_text()
+        for call in calls:
+            assert f"[[[cog import docgen; {call}" in text or f"\n{call}" in text, (page, call)
