@@ -89,7 +89,13 @@ def _kind(m) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Plain text in a markdown table cell: pipes and emphasis characters escaped."""
+    parts = text.replace("|", "\\|").split("`")  # odd parts are code spans: left as they are
+    return "`".join(p if i % 2 else p.replace("*", "\\*").replace("_", "\\_") for i, p in enumerate(parts))
+
+
+def _code(text: str) -> str:
+    return f"`{text}`"
 
 
 def methods_table() -> None:
@@ -99,11 +105,11 @@ def methods_table() -> None:
     aliases: dict[str, list[str]] = {}
     for alias, name in ALIASES.items():
         aliases.setdefault(name, []).append(alias)
-    lines = ["| method | also | kind | parameters (default) | formula | source |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| method | kind | parameters (default) | formula | source |", "| --- | --- | --- | --- | --- |"]
     for name, m in METHODS.items():
-        params = ", ".join(f"`{p.name}={p.shown_default()}`" for p in m.declared) or "—"
-        also = ", ".join(f"`{a}`" for a in aliases.get(name, [])) or ""
-        lines.append(f"| `{name}` | {also} | {_kind(m)} | {params} | {_cell(m.formula)} | {_cell(m.source)} |")
+        params = "<br>".join(f"`{p.name}={p.shown_default()}`" for p in m.declared) or "—"
+        also = "".join(f" (`{a}`)" for a in aliases.get(name, []))
+        lines.append(f"| `{name}`{also} | {_kind(m)} | {params} | {_code(m.formula)} | {_cell(m.source)} |")
     _out("\n".join(lines))
 
 
@@ -146,7 +152,7 @@ COLUMN_MEANINGS = {
     "stride": "ppl's window stride (empty: one window per document)",
     "depth": "needle depth in [0, 1] (passkey, and RULER tasks under `--protocol exact`)",
     "variant": "a task's variant (niah's `single_1`, qa's `qa_2`)",
-    "trial": "the trial number; *t* is the same prompt for every method",
+    "trial": "the trial number: trial t is the same prompt for every method",
     "doc": "the document (ppl), or `all` for the aggregate",
     "metric": "what `value` is (`ppl`, `nll`, `accuracy`, `accuracy_lo`, `correct`, `score`, `nll_pos`, `kl`, ...)",
     "value": "the number",
