@@ -415,7 +415,7 @@ def error_examples() -> None:
         with ThreadPoolExecutor(max_workers=4) as pool:
             lines = list(pool.map(run, ERROR_CASES))
     text = []
-    for argv, line in zip(ERROR_CASES, lines):
+    for argv, line in zip(ERROR_CASES, lines, strict=True):
         text += [f"$ ctxbench {' '.join(argv)}", line]
     _out("```\n" + "\n".join(text) + "\n```")
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 REGENERATE = ".venv/bin/cog -I scripts -r README.md docs/*.md"
@@ -23,6 +25,7 @@ def _cog(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)  # fmt: skip
 
 
+@pytest.mark.integration  # cog in a subprocess, about 7 s
 def test_every_generated_block_is_what_the_code_and_the_committed_results_give_now():
     proc = _cog("--check", "--diff", *PAGES)
     assert proc.returncode == 0, f"stale generated docs; run `{REGENERATE}` and commit:\n{proc.stdout[-6000:]}{proc.stderr[-3000:]}"
