@@ -135,6 +135,13 @@ def method_families() -> None:
     _out("\n".join(f"- {len(v)} {words[k]}: {', '.join(v)}" for k, v in kinds.items()))
 
 
+def factor_free() -> None:
+    """The methods that do not read the factor (``uses_factor=False``), as one line."""
+    from ctxbench.methods import METHODS
+
+    _out(", ".join(f"`{n}`" for n, m in METHODS.items() if not m.uses_factor) + ".")
+
+
 # --- the results file -----------------------------------------------------------------------------
 
 COLUMN_MEANINGS = {
