@@ -284,7 +284,7 @@ def compare(
     base: str = typer.Argument(..., help="baseline results CSV"),
     new: str = typer.Argument(..., help="new results CSV"),
     rtol: float = typer.Option(0.02, "--rtol", help="tolerance: relative for ppl, absolute for accuracy"),
-    threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85%% of the shortest length's score)"),
+    threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85% of the shortest length's score)"),
     fmt: str = typer.Option("table", "--format", help="table | markdown"),
     strict: bool = typer.Option(False, "--strict", help="also fail on any change of a rerun (same weights and data) beyond float tolerance"),
     across_dtypes: bool = typer.Option(False, "--across-dtypes", help="also match cells that differ only in dtype (bf16 NEW against a float32 BASE), judged beyond noise, never as reruns"),
@@ -332,7 +332,7 @@ def report(
     factor: str | None = typer.Option(None, "--factor", "-f", help="only these factors (comma list)"),
     length: str | None = typer.Option(None, "--len", "-l", help="only these lengths (comma list)"),
     baseline: str | None = typer.Option(None, "--baseline", help="method label to show each cell's change against, at the same length"),
-    threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85%% of the shortest length's score)"),
+    threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85% of the shortest length's score)"),
 ) -> None:
     """The pivot (method label x length per task and factor) in any format, and PNG plots; with
     RULER task rows, also RULER's suite score (the mean over its tasks per length with its task

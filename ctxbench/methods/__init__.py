@@ -30,7 +30,7 @@ heads over them (``order_heads``) and the layers it runs on (``layers``).
 ``native`` is the model as shipped: the config's own RoPE scaling, computed by transformers.
 Models without RoPE run only the baselines ``none`` and ``native`` (:func:`check_applicable`).
 
-Notation (README "Methods"): rotary dim ``d``, base ``b``, trained context ``L``, factor ``s``, pair
+Notation (docs/methods.md): rotary dim ``d``, base ``b``, trained context ``L``, factor ``s``, pair
 ``i = 0..d/2-1``, ``theta_i = b^(-2i/d)``, wavelength ``lambda_i = 2*pi/theta_i``, current length ``l``.
 
 The package, by job: :mod:`~ctxbench.methods.params` (parameter declarations and checks),

@@ -369,7 +369,7 @@ def _notes(suite: Suite, said: dict[str, list[str]]) -> None:
                            "(RULER's: 4k..128k ranked 1..6)")  # fmt: skip
     if suite.setting.get("protocol") != "ruler":
         suite.notes.append(f"protocol {suite.setting.get('protocol')}: not RULER's prompt accounting and needle placement "
-                           "(README, RULER tasks); not comparable with RULER's published scores")  # fmt: skip
+                           "(docs/tasks.md, RULER tasks); not comparable with RULER's published scores")  # fmt: skip
     suite.notes += [f"{', '.join(labels)}: {what}" for what, labels in said.items()]
 
 

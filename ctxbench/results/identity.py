@@ -75,27 +75,34 @@ def uses_factor(method: str) -> bool:
         return True
 
 
-def field(record: dict, column: str) -> str:
-    """One identity column of a record, normalised as keys compare it."""
-    if column == "label" and not record.get("label"):
+def normalise(record: dict) -> dict:
+    """A row as this release writes it, from any earlier one (done once, when a file is read, so
+    every key function reads plain columns): the label derived from the method and its parameters,
+    an empty factor for a method that ignores it (older files wrote one), ``{}`` for empty options,
+    and a loss-by-position bucket from before ``pos_start`` placed by its ``extra.pos``."""
+    if not record.get("label"):
+        record["label"] = derived_label(record.get("method", ""), record.get("method_params", ""))
+    if record.get("factor", "") != "" and not uses_factor(record.get("method", "")):
+        record["factor"] = ""
+    if record.get("options", "") == "":
+        record["options"] = "{}"
+    if record.get("pos_start", "") == "" and record.get("metric") in ("nll_pos", "nll_beyond_L"):
+        pos = extra_of(record).get("pos")
+        if isinstance(pos, list) and pos:
+            record["pos_start"] = str(pos[0])
+            if len(pos) > 1 and pos[1] is not None and record.get("pos_end", "") == "":
+                record["pos_end"] = str(pos[1])
+    return record
 
-        return _norm(derived_label(record.get("method", ""), record.get("method_params", "")))
-    if column == "factor" and not uses_factor(record.get("method", "")):
-        return ""  # a method that ignores the factor runs once per length (older files wrote the factor)
-    if column == "options" and record.get("options", "") == "":
-        return "{}"
+
+def field(record: dict, column: str) -> str:
+    """One identity column of a record, normalised as keys compare it (numbers, JSON)."""
     return _norm(record.get(column, ""))
 
 
 def _within(record: dict) -> tuple[str, ...]:
-    """A row's place in its cell; a bucket row from before the ``pos_start`` column is placed by
-    its ``extra.pos``."""
-    place = tuple(_norm(record.get(c, "")) for c in WITHIN)
-    if place[-1] == "" and record.get("metric") in ("nll_pos", "nll_beyond_L"):
-        pos = extra_of(record).get("pos")
-        if isinstance(pos, list) and pos:
-            place = (*place[:-1], _norm(pos[0]))
-    return place
+    """A row's place in its cell."""
+    return tuple(_norm(record.get(c, "")) for c in WITHIN)
 
 
 def unit_key(record: dict) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """Tidy result rows and the CSV file that holds them: atomic, resumable, schema-checked.
 
-One row per measured value (README "Results"). A *cell* is the unit of work that is
+One row per measured value (docs/results-files.md). A *cell* is the unit of work that is
 resumed (its identity: :mod:`ctxbench.results.identity`). Its rows — one per doc or trial and metric,
 plus the aggregates — are written together, so a cell is either wholly in the file or not at all;
 a cell that a hand edit left partial runs again. Columns a file has that ctxbench does not
@@ -39,9 +39,9 @@ from ctxbench.results.identity import (
     WITHIN,
     cell_key,
     complete_options,
-    derived_label,
     finished,
     legacy_options,
+    normalise,
     row_key,
 )
 from ctxbench.tasks import registry
@@ -101,7 +101,12 @@ class Row:
     pos_end: int | str = ""  # one past its last
 
     def as_strings(self) -> dict[str, str]:
-        return {k: _fmt(v) for k, v in asdict(self).items()}
+        return as_strings(asdict(self))
+
+
+def as_strings(values: dict) -> dict[str, str]:
+    """Column values as the CSV holds them (what :func:`ctxbench.results.identity.cell_key` reads)."""
+    return {k: _fmt(v) for k, v in values.items()}
 
 
 assert [f.name for f in fields(Row)] == COLUMNS
@@ -180,14 +185,12 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
             )
         record = dict(zip(header, values, strict=True))
         _check_types(path, record, reader.line_num + line_offset)
-        if not record.get("label"):
-            record["label"] = derived_label(record["method"], record["method_params"])
         record.setdefault("variant", "")
         if legacy:
             record["options"] = legacy_options(record, tasks)
         else:  # an identity option added since the row was written takes the value that run used
             record["options"] = complete_options(record, tasks, seen)
-        records.append(record)
+        records.append(normalise(record))  # legacy rows normalised once, here; keys read plain columns
     if text and not text.endswith("\n"):
         raise UserError(f"'{path}' does not end with a newline: the file is truncated", "restore or regenerate it")
     return records
@@ -400,7 +403,7 @@ class ResultsFile:
 
     def add(self, rows: Iterable[Row | dict]) -> None:
         """Save one cell's rows, replacing any earlier rows of the same cell, keeping every other row."""
-        new = [r.as_strings() if isinstance(r, Row) else {c: _fmt(v) for c, v in dict(r).items()} for r in rows]
+        new = [normalise(r.as_strings() if isinstance(r, Row) else {c: _fmt(v) for c, v in dict(r).items()}) for r in rows]
         keys = {cell_key(r) for r in new}
         text = _serialize(new)
         with self._mutex, _locked(self.path, self._lock), _signals_deferred():

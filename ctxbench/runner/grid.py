@@ -24,7 +24,7 @@ from ctxbench.methods import check_applicable, effective_params
 from ctxbench.model.files import check_model
 from ctxbench.model.size import size_of
 from ctxbench.report.display import summary_tables
-from ctxbench.results.store import ResultsFile, Row, cell_key, check_writable, read_records
+from ctxbench.results.store import ResultsFile, Row, as_strings, cell_key, check_writable, read_records
 from ctxbench.runner import distributed
 from ctxbench.runner.adaptive import run_adaptive
 from ctxbench.runner.costmodel import measured_rate
@@ -309,13 +309,14 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
         extra_all["rank"] = shard[0]
     for c in full_grid:  # a scaling method on a model without RoPE, a length past a learned position table
         check_applicable(c.method, lm.geometry, c.length)
-    params: dict[tuple, str] = {}  # (method, factor) -> JSON of every parameter after defaults
+    effective: dict[tuple, dict] = {}  # (method, factor) -> every parameter after defaults
     for c in full_grid:
-        if (c.method, c.factor) not in params:
-            params[(c.method, c.factor)] = json.dumps(effective_params(c.method, lm.geometry, c.factor or 1.0), sort_keys=True)
+        if (c.method, c.factor) not in effective:
+            effective[(c.method, c.factor)] = effective_params(c.method, lm.geometry, c.factor or 1.0)
+    params_json = {k: json.dumps(v, sort_keys=True) for k, v in effective.items()}  # the rows' method_params
     notes = list(ctx.notes)
     for cell in grid:
-        window = json.loads(params[(cell.method, cell.factor)]).get("window")
+        window = effective[(cell.method, cell.factor)].get("window")
         if cell.method.attention is not None and window is not None and window >= cell.length:
             note = (f"warning: {cell.method.label} window {window} >= length {cell.length}: no relative position reaches "
                     f"the window, so it equals plain RoPE there — use a smaller --param window")  # fmt: skip
@@ -323,35 +324,42 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
                 notes.append(note)
     factors = sorted(set(settings.factors))
 
+    def cell_fields(cell: Cell) -> dict:
+        """The columns every row of ``cell`` shares: its identity and provenance."""
+        return dict(
+            task=cell.task, method=cell.method.name, label=cell.method.label,
+            factor=cell.factor if cell.factor is not None else "", length=cell.length,
+            stride=cell.stride if cell.stride is not None else "", depth=cell.depth if cell.depth is not None else "",
+            variant=cell.variant, method_params=params_json[(cell.method, cell.factor)],
+            **{**provenance, **dict(zip(("dataset", "data_digest"), ctx.data_of(cell.variant), strict=True))},
+        )  # fmt: skip
+
     def rows_for(cell: Cell, measurements: list[Measurement]) -> list[Row]:
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        shared = cell_fields(cell)
         # every row says how many rows its cell has: a cell missing any (a hand edit) is partial
         cell_extra = {**extra_all, "cell_rows": len(measurements)}
         if cell.factor is None:  # run once for every factor of the grid (the method ignores it)
             cell_extra["factors"] = factors
         return [
             Row(
-                time=now, task=cell.task, method=cell.method.name, label=cell.method.label,
-                factor=cell.factor if cell.factor is not None else "", length=cell.length,
-                stride=cell.stride if cell.stride is not None else "", depth=cell.depth if cell.depth is not None else "",
-                variant=cell.variant, trial=m.trial, doc=m.doc, metric=m.metric, value=m.value, tokens=m.tokens,
-                seconds=m.seconds, status=m.status, method_params=params[(cell.method, cell.factor)], mode=m.mode,
+                time=now, trial=m.trial, doc=m.doc, metric=m.metric, value=m.value, tokens=m.tokens,
+                seconds=m.seconds, status=m.status, mode=m.mode,
                 answer=m.answer, extra=json.dumps({**m.extra, **cell_extra}, sort_keys=True),
                 pos_start=m.pos[0] if m.pos else "", pos_end=m.pos[1] if m.pos and m.pos[1] is not None else "",
-                **{**provenance, **dict(zip(("dataset", "data_digest"), ctx.data_of(cell.variant), strict=True))},
+                **shared,
             )
             for m in measurements
         ]
 
     def key_of(cell: Cell) -> tuple:
-        return cell_key(rows_for(cell, [Measurement("x", 0)])[0].as_strings())
+        return cell_key(as_strings(cell_fields(cell)))
 
     done = results.done_cells()
     keys = {c: key_of(c) for c in grid}
     # A cell with fewer trials than now asked runs again (its trials are seeded by their index, so
     # the old ones come out the same and the new rows replace the old); one with more is kept.
-    wanted = getattr(settings, "trials", None) or 0
-    wanted = wanted if isinstance(wanted, int) else 0
+    wanted = task.trials_asked(settings)
     chosen = set(grid) if select is None else {c for c in grid if select(c)}
     short = {keys[c]: c for c in chosen if 0 < done.get(keys[c], wanted) < wanted}
     todo_groups = [[c for c in g if c in chosen and (keys[c] not in done or keys[c] in short)] for g in groups]
@@ -458,8 +466,7 @@ def _run_with_retry(task: Task, lm, ctx, group, settings, finished):
             raise
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    if hasattr(settings, "chunk"):
-        settings = replace(settings, chunk=max(64, settings.chunk // 4))
+    settings = task.shrunk(settings)
     for cell in group:
         if cell not in finished:
             yield from task.run_group(lm, ctx, [cell], settings)

@@ -183,10 +183,23 @@ class Task:
     # protocol) given the value the loaded model implies, before ``prepare``; rows, cell keys and
     # resume see the settled value only, so an explicit and an implied choice are the same cell.
     settle: Callable | None = None
+    # settings -> the numbered trials each cell asks for (0: the task has none). A cell the results
+    # file holds with fewer runs only its missing trials on resume (seeded by index, so the old ones match).
+    trials: Callable | None = None
+    # settings -> cheaper settings (smaller chunks) to retry a group that ran out of memory cell by cell.
+    shrink: Callable | None = None
 
     def settled(self, lm, settings):
         """``settings`` with every model-dependent default decided (see ``settle``)."""
         return self.settle(lm, settings) if self.settle is not None else settings
+
+    def trials_asked(self, settings) -> int:
+        """The numbered trials each cell of ``settings`` asks for; 0 when the task has none."""
+        return self.trials(settings) if self.trials is not None else 0
+
+    def shrunk(self, settings):
+        """``settings`` to retry with after an out-of-memory error (unchanged when the task has no knob)."""
+        return self.shrink(settings) if self.shrink is not None else settings
 
     def option_names(self) -> list[str]:
         return [o.name for o in self.options]

@@ -324,5 +324,6 @@ TASK = Task(
     default_lengths=default_lengths,
     plots=plots,
     validate=validate,
+    trials=trials.numbered_trials,
     legacy_options=legacy_options,
 )

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ctxbench.errors import UserError
 from ctxbench.parsing import len_label, parse_length
@@ -455,4 +455,5 @@ TASK = Task(
     default_lengths=default_lengths,
     plots=plots,
     validate=validate,
+    shrink=lambda s: replace(s, chunk=max(64, s.chunk // 4)),  # LM-head chunks a quarter the size
 )

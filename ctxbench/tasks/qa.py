@@ -48,6 +48,7 @@ from ctxbench.tasks.common import (
     trial_cells,
     trials_options,
 )
+from ctxbench.tasks.trials import numbered_trials
 
 NAMES = ("qa_1", "qa_2")
 
@@ -249,5 +250,6 @@ TASK = Task(
     name="qa", help="RULER QA over your copy of SQuAD (qa_1) or HotpotQA (qa_2): --qa-data PATH (required) x lengths x methods.",
     settings=Settings, options=OPTIONS, prepare=prepare, cells=cells, groups=groups, run_group=run_group, cost=cost,
     metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths, validate=validate,
+    trials=numbered_trials,
     settle=settle_chat,
 )  # fmt: skip

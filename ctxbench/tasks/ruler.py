@@ -139,6 +139,7 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
         prepare=partial(prepare, spec), cells=partial(cells, spec), groups=groups, run_group=partial(run_group, spec),
         cost=partial(cost, spec), metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths,
         plots=partial(plots, name), validate=validate, legacy_options=legacy_options, settle=settle_chat,
+        trials=trials.numbered_trials,
     )  # fmt: skip
 
 

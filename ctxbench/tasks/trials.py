@@ -48,6 +48,11 @@ def _parse_minutes(value) -> float:
     return minutes
 
 
+def numbered_trials(settings) -> int:
+    """The trials a cell asks for (``Task.trials``): ``--trials N``; 0 under ``auto``, whose batches decide."""
+    return settings.trials if isinstance(settings.trials, int) else 0
+
+
 def check_trials(settings) -> None:
     """The trial options agree (before any model loads)."""
     auto = settings.trials == AUTO

@@ -22,7 +22,7 @@ WORKERS, CELLS, ROWS = 6, 15, 3  # per worker: cells; per cell: rows
 
 def _rows(method: str, length: int, status: str = "ok", value: float = 1.0) -> list[dict]:
     base = dict.fromkeys(COLUMNS, "")
-    base.update(model_digest="m", data_digest="d", task="ppl", method=method, method_params="{}", factor="2",
+    base.update(model_digest="m", data_digest="d", task="ppl", method=method, label=method, method_params="{}", options="{}", factor="2",
                 length=str(length), seed="0", status=status, run_id=method, extra=f'{{"cell_rows": {ROWS}}}')  # fmt: skip
     return [{**base, "doc": f"doc{i}", "metric": "ppl", "value": repr(value + i)} for i in range(ROWS)]
 
