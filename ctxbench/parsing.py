@@ -9,20 +9,27 @@ import re
 from ctxbench.errors import UserError
 
 _LENGTH = re.compile(r"^(\d+)([kKmM]?)$")
+# The longest length ctxbench takes, 16m tokens: past every released model's context (10m at the
+# most), and a number a typo makes (4000k for 4k) is refused at once instead of planned or allocated.
+MOST_LENGTH = 2**24
 
 
-def parse_length(text: str) -> int:
-    """``16k`` -> 16384 (k = 1024, m = 1024**2); plain positive integers as they are."""
+def parse_length(text: str, what: str = "length") -> int:
+    """``16k`` -> 16384 (k = 1024, m = 1024**2); plain positive integers as they are. ``what``
+    names the value in errors (``--stride``), so a message blames what the user typed."""
     text = str(text).strip()
     m = _LENGTH.match(text)
     if not m:
         raise UserError(
-            f"bad length '{text}'",
+            f"bad {what} '{text}'",
             "write a positive whole number of tokens such as 4096, 4k or 16k (k = 1024)",
         )
     value = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()]
     if value <= 0:
-        raise UserError(f"bad length '{text}': it must be at least 1 token", "use e.g. 4k or 16k")
+        raise UserError(f"bad {what} '{text}': it must be at least 1 token", "use e.g. 4k or 16k")
+    if value > MOST_LENGTH:
+        raise UserError(f"{what} '{text}' is {value:,} tokens, above the longest ctxbench takes, 16m ({MOST_LENGTH:,})",
+                        f"use a {what} of at most 16m" + (", e.g. 128k" if what == "length" else ""))  # fmt: skip
     return value
 
 

@@ -71,10 +71,10 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
         todo = None if pending is None else pending[i]
         items = job.task.cost(job.settings, trained) if todo is None else pending_items(job, todo, trained)
         rows, total_flops, total_decode = [], 0.0, 0.0
-        for item in items:
-            cached = item.cached + (0,) * (len(item.forwards) - len(item.cached))
-            longest = max((n + c for n, c in zip(item.forwards, cached, strict=True)), default=0)
-            forward = sum(size.forward_flops(n, cached=c) for n, c in zip(item.forwards, cached, strict=True))
+        for item in items:  # each distinct forward once, times its count: O(cells), never O(trials)
+            runs = item.runs()
+            longest = max((n + c for n, c, _ in runs), default=0)
+            forward = sum(k * size.forward_flops(n, cached=c) for n, c, k in runs)
             decode = item.decode_steps * size.step_flops(longest)
             seconds = rate.seconds(forward, decode) if rate else float("nan")
             rows.append((item.what, item.cells, item.tokens, seconds))
@@ -83,7 +83,7 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
         auto = trials == "auto"
         if auto:  # the most it can take
             trials = job.settings.max_trials
-        out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(len(i.forwards) for i in items),
+        out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(i.forward_count for i in items),
                            sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials=trials, auto=auto,
                            flops=total_flops, decode_flops=total_decode))  # fmt: skip
         if todo is not None:

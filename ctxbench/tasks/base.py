@@ -143,17 +143,34 @@ class Context:
 class CostItem:
     """A rough cost of one group of cells, for plans: the forwards it makes (their token counts,
     and for each how many tokens are already in the KV cache when it starts) and how many
-    decoding steps of one token follow."""
+    decoding steps of one token follow.
+
+    ``counts``: how many times each forward runs (missing: once). A task states a forward that
+    every trial or document repeats once with its count, so a plan costs O(cells), never
+    O(trials): a plan of ``--trials 10000`` is no bigger than one of ``--trials 4``."""
 
     cells: int
     forwards: tuple[int, ...]  # prompt/forward lengths in tokens
     decode_steps: int = 0
     what: str = ""
     cached: tuple[int, ...] = ()  # tokens already cached before each forward (missing: none)
+    counts: tuple[int, ...] = ()  # times each forward runs (missing: once)
+
+    def runs(self) -> list[tuple[int, int, int]]:
+        """``(tokens, cached, times)`` of each forward as stated (``times`` from ``counts``)."""
+        n = len(self.forwards)
+        cached = tuple(self.cached) + (0,) * (n - len(self.cached))
+        counts = tuple(self.counts) + (1,) * (n - len(self.counts))
+        return list(zip(self.forwards, cached[:n], counts[:n], strict=True))
+
+    @property
+    def forward_count(self) -> int:
+        """The forwards a run makes (each stated forward times its count)."""
+        return sum(k for _, _, k in self.runs())
 
     @property
     def tokens(self) -> int:
-        return sum(self.forwards) + self.decode_steps
+        return sum(n * k for n, _, k in self.runs()) + self.decode_steps
 
 
 @dataclass(frozen=True)

@@ -32,16 +32,28 @@ def factors_for(method, factors) -> list[float | None]:
     return list(factors) if method.uses_factor else [None]
 
 
-def shared_prefix_forwards(lengths, depths, trials: int, share: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(forwards, cached) for plans of a task whose trials share everything before their needle:
-    one running prefix per length up to the deepest needle, then each trial's suffix after its
-    needle's depth, attending to the ``n * d`` tokens cached before it. ``share=False`` (a method
-    that is not causal, ``MethodSetting.causal``): every trial's whole prompt, nothing cached."""
+def shared_prefix_cost(lengths, depths, trials: int, share: bool = True) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(forwards, cached, counts) for plans of a task whose trials share everything before their
+    needle: one running prefix per length up to the deepest needle, then each trial's suffix after
+    its needle's depth, attending to the ``n * d`` tokens cached before it. Every trial of a
+    (length, depth) has the same suffix, so it is stated once with the trial count (a
+    :class:`~ctxbench.tasks.base.CostItem`'s ``counts``): the plan's size does not grow with
+    ``trials``. ``share=False`` (a method that is not causal, ``MethodSetting.causal``): every
+    trial's whole prompt, nothing cached."""
     if not share:
-        return tuple(n for n in lengths for _ in depths for _ in range(trials)), (0,) * (len(lengths) * len(depths) * trials)
-    suffixes = [(max(1, int(n * (1 - d))), n) for n in lengths for d in depths for _ in range(trials)]
+        return tuple(n for n in lengths for _ in depths), (0,) * (len(lengths) * len(depths)), (trials,) * (len(lengths) * len(depths))
+    suffixes = [(max(1, int(n * (1 - d))), n) for n in lengths for d in depths]
     forwards = tuple(max(1, int(n * max(depths))) for n in lengths) + tuple(s for s, _ in suffixes)
-    return forwards, (0,) * len(lengths) + tuple(n - s for s, n in suffixes)
+    cached = (0,) * len(lengths) + tuple(n - s for s, n in suffixes)
+    return forwards, cached, (1,) * len(lengths) + (trials,) * len(suffixes)
+
+
+def shared_prefix_forwards(lengths, depths, trials: int, share: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """:func:`shared_prefix_cost` with one entry per trial, as plug-ins written for 0.1 read it
+    (their plans grow with the trial count; the built-in tasks state counts instead)."""
+    forwards, cached, counts = shared_prefix_cost(lengths, depths, trials, share)
+    return (tuple(n for n, k in zip(forwards, counts, strict=True) for _ in range(k)),
+            tuple(c for c, k in zip(cached, counts, strict=True) for _ in range(k)))  # fmt: skip
 
 
 CHAT_HELP = ("wrap the prompt in the model's chat template; default: under --protocol ruler the model's own template "

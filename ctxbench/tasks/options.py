@@ -8,14 +8,30 @@ from ctxbench.errors import UserError, closest
 from ctxbench.tasks.base import Option
 
 
-def parse_positive_int(value, flag: str) -> int:
+def parse_positive_int(value, flag: str, most: int | None = None, why: str = "") -> int:
+    """A whole number >= 1, and at most ``most`` where a count has a ceiling that means something
+    (``why`` says what): a count the user types must never make a plan or a run that cannot end,
+    so an absurd one is refused at once rather than planned."""
     try:
         number = int(str(value).strip())
     except ValueError:
         raise UserError(f"{flag} '{value}' is not a whole number", f"pass e.g. {flag} 4") from None
     if number < 1:
         raise UserError(f"{flag} {number} must be >= 1", f"pass e.g. {flag} 4")
+    check_most(number, flag, most, why)
     return number
+
+
+def check_most(number: int, flag: str, most: int | None, why: str = "") -> None:
+    """Refuse ``number`` above the ceiling ``most`` of ``flag`` (one line naming the ceiling)."""
+    if most is not None and number > most:
+        raise UserError(f"{flag} {number} is above the most ctxbench runs, {most}" + (f" ({why})" if why else ""),
+                        f"pass {flag} {most} or fewer")  # fmt: skip
+
+
+# The most needle depths a cell grid takes: 1000 depths are 0.1% of a prompt apart, finer than a
+# needle line's own length at any length a model reads.
+MOST_DEPTHS = 1000
 
 
 def parse_choice(value, flag: str, choices: tuple[str, ...]) -> str:
@@ -52,7 +68,11 @@ def parse_depths(depths: int | None = None, depth: str | None = None) -> list[fl
         raise UserError("give --depths N or --depth LIST, not both", "e.g. --depths 5 or --depths 0.1,0.5,0.9")
     if depth is not None:
         values = []
-        for part in str(depth).split(","):
+        parts = str(depth).split(",")
+        if len(parts) > MOST_DEPTHS:
+            raise UserError(f"{len(parts)} depths are more than the most ctxbench runs, {MOST_DEPTHS} (depths 0.1% apart)",
+                            f"list {MOST_DEPTHS} depths or fewer, e.g. --depths 11")  # fmt: skip
+        for part in parts:
             try:
                 value = float(part)
             except ValueError:
@@ -66,6 +86,7 @@ def parse_depths(depths: int | None = None, depth: str | None = None) -> list[fl
     n = 5 if depths is None else depths
     if n < 1:
         raise UserError(f"--depths {n} must be >= 1", "e.g. --depths 5 for 0, 0.25, 0.5, 0.75, 1")
+    check_most(n, "--depths", MOST_DEPTHS, "depths 0.1% apart")
     return [0.5] if n == 1 else [round(i / (n - 1), 4) for i in range(n)]
 
 
@@ -78,7 +99,7 @@ def parse_depths_option(value) -> tuple[float, ...]:
     text = str(value).strip()
     if "," in text or "." in text:
         return tuple(parse_depths(None, text))
-    return tuple(parse_depths(parse_positive_int(text, "--depths"), None))
+    return tuple(parse_depths(parse_positive_int(text, "--depths", MOST_DEPTHS, "depths 0.1% apart"), None))
 
 
 def _explicit_depths(value) -> tuple[float, ...]:

@@ -40,7 +40,7 @@ from ctxbench.tasks.common import (  # noqa: F401  (parse_depths: the name scrip
     parse_bool,
     parse_depths,
     parse_positive_int,
-    shared_prefix_forwards,
+    shared_prefix_cost,
     trial_cells,
     trials_options,
 )
@@ -261,12 +261,12 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     items = []
     for m in settings.methods:
         for f in factors_for(m, settings.factors):
-            forwards, cached = shared_prefix_forwards(lengths, settings.depths, most_trials(settings), share=m.causal)
+            forwards, cached, counts = shared_prefix_cost(lengths, settings.depths, most_trials(settings), share=m.causal)
             steps = len(lengths) * len(settings.depths) * most_trials(settings) * settings.max_new_tokens
             items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps, cached=cached,
-                                  what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
+                                  counts=counts, what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
             if settings.metrics and not m.causal:  # scored in the trials' prefills, but for a non-causal method
-                items.append(CostItem(cells=0, forwards=forwards, cached=cached, what=f"{m.label} answer_nll"))
+                items.append(CostItem(cells=0, forwards=forwards, cached=cached, counts=counts, what=f"{m.label} answer_nll"))
     return items
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -76,12 +77,13 @@ class Settings:
 # column, --docs) and the BOS choice are hashed into the data digest by prepare(), which is part of
 # the cell key, so none of them is folded in a second time (and files from before the options
 # column keep resuming).
+MOST_DOCS = 10_000  # documents per length: PG19's test split has 100 books, GovReport's 973 reports
 OPTIONS = (
-    Option("stride", "window stride (default = length: one window per document)", parse_length, identity=False),
+    Option("stride", "window stride (default = length: one window per document)", lambda v: parse_length(v, "--stride"), identity=False),
     Option("dataset", "HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus", str, identity=False),
     Option("split", "dataset split (default test)", str, identity=False),
     Option("text_column", "column holding the text (default text)", str, identity=False),
-    Option("docs", "documents per length, the first ones long enough (default 4)", lambda v: parse_positive_int(v, "--docs"), identity=False),
+    Option("docs", "documents per length, the first ones long enough (default 4)", lambda v: parse_positive_int(v, "--docs", MOST_DOCS, "more than any long-document corpus holds"), identity=False),
     Option("bos", "auto (the tokenizer's default) | on (BOS before every document, as the YaRN eval) | off",
            lambda v: parse_choice(v, "--bos", ("auto", "on", "off")), identity=False),  # fmt: skip
     proxy.metrics_option(proxy.PPL_METRICS, "longppl = perplexity over LongPPL's key tokens (Fang et al. 2025), kl = KL "
@@ -191,15 +193,18 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     items = []
     for m in settings.methods:
         for f in factors_for(m, settings.factors):
+            # each forward stated once with how many times it runs (CostItem.counts): O(cells), not O(docs)
             if m.dynamic or not m.causal or settings.stride is not None:
-                forwards = tuple(n for n in lengths for _ in range(settings.docs))
+                forwards, times = tuple(lengths), settings.docs
                 if settings.stride is not None:  # a window per stride over documents of about the longest length
-                    forwards = tuple(n for n in lengths for _ in range(settings.docs * max(1, math.ceil(max(lengths) / settings.stride))))
+                    times = settings.docs * max(1, math.ceil(max(lengths) / settings.stride))
             else:  # one forward per document at the longest length
-                forwards = (max(lengths),) * settings.docs
-            items.append(CostItem(cells=len(lengths), forwards=forwards, what=f"{m.label} x{f:g}" if f else m.label))
+                forwards, times = (max(lengths),), settings.docs
+            items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(times,) * len(forwards),
+                                  what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     if settings.metrics:  # the unscaled model's references, once per document of about the longest length
-        items.append(CostItem(cells=0, forwards=proxy.evaluator_forwards(max(lengths), trained_len, settings.metrics) * settings.docs,
+        windows = Counter(proxy.evaluator_forwards(max(lengths), trained_len, settings.metrics))
+        items.append(CostItem(cells=0, forwards=tuple(windows), counts=tuple(k * settings.docs for k in windows.values()),
                               what=f"unscaled references ({','.join(settings.metrics)})"))  # fmt: skip
     return items
 

@@ -205,8 +205,8 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
         for m in settings.methods:
             for f in factors_for(m, settings.factors):
                 # one forward per trial (only the instruction is shared), then RULER's 32 tokens at most
-                forwards = tuple(max(1, n - TOKENS_TO_GENERATE) for n in lengths for _ in range(most_trials(settings)))
-                items.append(CostItem(cells=len(lengths), forwards=forwards, cached=(0,) * len(forwards),
+                forwards = tuple(max(1, n - TOKENS_TO_GENERATE) for n in lengths)  # once per length, times the trials
+                items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(most_trials(settings),) * len(forwards),
                                       decode_steps=len(lengths) * most_trials(settings) * TOKENS_TO_GENERATE,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     return items

@@ -46,7 +46,7 @@ from ctxbench.tasks.common import (
     most_trials,
     parse_chat,
     settle_chat,
-    shared_prefix_forwards,
+    shared_prefix_cost,
     trial_cells,
     trials_options,
 )
@@ -219,12 +219,12 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
     for _ in _variants(spec, settings):
         for m in settings.methods:
             for f in factors_for(m, settings.factors):
-                forwards, cached = shared_prefix_forwards(lengths, depths, most_trials(settings), share=m.causal)
-                items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards, cached=cached,
+                forwards, cached, counts = shared_prefix_cost(lengths, depths, most_trials(settings), share=m.causal)
+                items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards, cached=cached, counts=counts,
                                       decode_steps=len(lengths) * len(depths) * most_trials(settings) * steps,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
                 if settings.metrics and not m.causal:  # scored in the trials' prefills, but for a non-causal method
-                    items.append(CostItem(cells=0, forwards=forwards, cached=cached, what=f"{m.label} answer_nll"))
+                    items.append(CostItem(cells=0, forwards=forwards, cached=cached, counts=counts, what=f"{m.label} answer_nll"))
     return items
 
 

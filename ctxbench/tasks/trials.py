@@ -8,17 +8,22 @@ from __future__ import annotations
 from ctxbench.errors import UserError, unknown
 from ctxbench.stats import bootstrap_mean, wilson
 from ctxbench.tasks.base import Measurement, Option
-from ctxbench.tasks.options import parse_positive_int
+from ctxbench.tasks.options import check_most, parse_positive_int
 
 AUTO = "auto"
 TRIAL_BATCH = 10  # --trials auto adds trials in batches of this many
+# The most trials a cell runs: at 10,000 trials a 95% Wilson interval is +-1 point at most, finer
+# than any difference between methods is worth; beyond it a run only burns time (and a plan that
+# grew with the trial count once ran a machine out of memory).
+MOST_TRIALS = 10_000
+WHY_MOST = "its 95% interval is then +-1 point"
 
 
 def parse_trials(value) -> int | str:
     """``--trials N`` or ``--trials auto`` (trials until the paired comparisons are decided)."""
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
-    return parse_positive_int(value, "--trials")
+    return parse_positive_int(value, "--trials", MOST_TRIALS, WHY_MOST)
 
 
 def trials_options(what: str, default: int = 4) -> list:
@@ -30,7 +35,7 @@ def trials_options(what: str, default: int = 4) -> list:
         Option("trials", f"{what} per cell (default {default}); auto: batches of {TRIAL_BATCH} until every paired comparison "
                "with --baseline (or with the best method at that length) is separated at 5% after Holm or equivalent within "
                "10 points, up to --max-trials", parse_trials, identity=False),  # fmt: skip
-        Option("max_trials", "with --trials auto: the most trials per cell (default 50)", lambda v: parse_positive_int(v, "--max-trials"),
+        Option("max_trials", "with --trials auto: the most trials per cell (default 50)", lambda v: parse_positive_int(v, "--max-trials", MOST_TRIALS, WHY_MOST),
                identity=False),  # fmt: skip
         Option("budget", "with --trials auto: minutes after which no new batch starts (default: none)", _parse_minutes, identity=False),
         Option("baseline", "with --trials auto: the method label every other is compared with (default: the best at each length)",
@@ -58,6 +63,9 @@ def check_trials(settings) -> None:
     auto = settings.trials == AUTO
     if not auto and (not isinstance(settings.trials, int) or isinstance(settings.trials, bool) or settings.trials < 1):
         raise UserError(f"--trials {settings.trials} must be a whole number >= 1 or auto", "pass e.g. --trials 10")
+    for flag, n in (("--trials", settings.trials), ("--max-trials", settings.max_trials)):  # settings made in Python too
+        if isinstance(n, int):
+            check_most(n, flag, MOST_TRIALS, WHY_MOST)
     for name, flag in (("budget", "--budget"), ("baseline", "--baseline")):
         if getattr(settings, name) is not None and not auto:
             raise UserError(f"{flag} bounds --trials auto, and --trials is {settings.trials}", f"add --trials auto, or drop {flag}")
