@@ -73,6 +73,8 @@ def _task_command(task) -> None:
         if option.is_flag:
             params.append(opt(option.name, None, f"{option.cli_flag}/--no-{option.cli_flag[2:]}", help=option.help,
                               annotation=bool | None))  # fmt: skip
+        elif option.repeatable:  # every value given reaches parse, none is dropped for the last
+            params.append(opt(option.name, None, option.cli_flag, help=option.help, metavar=option.metavar, annotation=list[str] | None))
         else:
             params.append(opt(option.name, None, option.cli_flag, help=option.help, metavar=option.metavar))
         for i, alias in enumerate(option.aliases):  # an old spelling: accepted, hidden, with a deprecation note
@@ -138,11 +140,9 @@ def _with_aliases(option, values: dict):
 
 
 def _check_plot_dir(path: str) -> None:
-    from pathlib import Path
+    from ctxbench.tasks.plots import check_plot_dir
 
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise UserError(f"--plot '{path}' is a file", "give a directory for the PNGs")
+    check_plot_dir(path)
 
 
 @app.command()
@@ -192,6 +192,11 @@ def freqs(
         raise UserError(f"unknown --x '{x_axis}'", "use wavelength or pair")
     if plot and not plot.lower().endswith(".png"):
         raise UserError(f"--plot '{plot}' is not a .png file name", "pass e.g. --plot freqs.png")
+    if plot:
+        from ctxbench.parsing import check_name_lengths, expand_path
+
+        check_name_lengths(plot, "--plot")
+        plot = str(expand_path(plot))
     s = parse_factor(factor)
     if model:
         from ctxbench.model.files import load_geometry
@@ -481,6 +486,42 @@ def _register_tasks() -> None:
 
 
 _register_tasks()
+
+
+def _flag_of(name: str, default) -> tuple[str, bool]:
+    """(how the user typed a parameter, whether it has a default to fall back on): its first
+    ``--flag``, or an argument's name in capitals."""
+    decls = [d for d in (getattr(default, "param_decls", None) or ()) if d.startswith("--")]
+    if decls:
+        return decls[0].split("/")[0], getattr(default, "default", None) is not ...
+    return name.upper(), False
+
+
+def _refuse_empty(callback):
+    """``callback`` refusing an empty or blank text value (``--out ''``, ``--baseline ''``, a
+    ``--param ''``, an empty file argument) in one line naming the flag: click passes ``''``
+    through, and the commands read it as "not given" (``if baseline:``) or as a path, so the
+    value the user typed was silently dropped or mis-read. One wrapper for every command, so a
+    command added later is covered too."""
+    import functools
+
+    signature = inspect.signature(callback)
+
+    @functools.wraps(callback)
+    def checked(*args, **values):
+        for name, value in values.items():
+            items = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, str) and not v.strip() for v in items):
+                flag, optional = _flag_of(name, signature.parameters[name].default)
+                fix = f"give a value, or drop {flag} for its default" if optional else f"give a value (see `ctxbench {callback.__name__} --help`)"
+                raise UserError(f"{flag} {next(v for v in items if isinstance(v, str) and not v.strip())!r} is empty", fix)
+        return callback(*args, **values)
+
+    return checked
+
+
+for _info in app.registered_commands:
+    _info.callback = _refuse_empty(_info.callback)
 
 
 class _Terminated(KeyboardInterrupt):

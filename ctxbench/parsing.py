@@ -4,7 +4,9 @@ comma lists, ``key=value`` method parameters."""
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 from ctxbench.errors import UserError
 
@@ -153,3 +155,37 @@ def parse_params(items: list[str] | None) -> dict:
 def len_label(n) -> str:
     n = int(n)
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+# ---- paths --------------------------------------------------------------------------------------
+
+NAME_MAX = 255  # bytes of one file or folder name (ext4, btrfs, xfs, APFS, NTFS alike)
+PATH_MAX = 4096  # bytes of a whole path (Linux)
+
+
+def expand_path(path: str | os.PathLike) -> Path:
+    """A path as the user meant it: ``~`` and ``~user`` expanded. A shell expands ``~`` only at
+    the start of a word, so ``--out=~/r.csv``, a quoted ``'~/r.csv'``, a suite's ``out = "~/r.csv"``
+    and a Python string all arrive with it; every path ctxbench writes or reads enters here (the
+    results files, plot folders, suites)."""
+    return Path(os.path.expanduser(os.fspath(path)))
+
+
+def check_name_lengths(path: str | os.PathLike, what: str, spare: int = 0) -> None:
+    """Refuse a path the filesystem cannot hold, before anything touches it: a name longer than
+    :data:`NAME_MAX` bytes (``spare``: bytes the last name needs for files made beside it, such as
+    a results file's ``.NAME.lock``), or a whole path longer than :data:`PATH_MAX`. Asking the
+    filesystem about such a path raises ``File name too long`` from any ``stat``, so this check
+    comes first."""
+    text = os.fspath(path)
+    if len(text.encode()) > PATH_MAX:
+        raise UserError(f"{what} is {len(text.encode())} bytes long, more than a path can be ({PATH_MAX})", "choose a shorter path")
+    parts = Path(text).parts
+    for i, part in enumerate(parts):
+        most = NAME_MAX - (spare if i == len(parts) - 1 else 0)
+        size = len(part.encode())
+        if size > most:
+            name = part if len(part) <= 40 else part[:20] + "..." + part[-12:]
+            room = f"; {spare} are kept for the files ctxbench makes beside it" if spare and i == len(parts) - 1 else ""
+            raise UserError(f"{what}: the name '{name}' is {size} bytes, longer than a file name can be here ({most} bytes{room})",
+                            f"choose a name of at most {most} bytes")  # fmt: skip

@@ -34,6 +34,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ctxbench.errors import UserError
+from ctxbench.parsing import check_name_lengths, expand_path
 from ctxbench.results.identity import (
     IDENTITY,
     WITHIN,
@@ -136,7 +137,8 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
     Raises :class:`UserError` for a missing file, a CSV from another tool, or a truncated or
     damaged one (naming the line).
     """
-    path = Path(path)
+    check_name_lengths(path, "results file")
+    path = expand_path(path)
     if not path.exists():
         if must_exist:
             raise UserError(f"results file '{path}' not found", "check the path, or run ctxbench to create it")
@@ -241,8 +243,9 @@ HEADER = _header(COLUMNS)
 
 def target(path: str | Path) -> Path:
     """Where writes to ``path`` go: through a symlink to the file it names (replacing the link by
-    a plain file would detach a user's ``latest.csv -> runs/2026-11-24.csv``)."""
-    path = Path(path)
+    a plain file would detach a user's ``latest.csv -> runs/2026-11-24.csv``); ``~`` expanded."""
+    check_name_lengths(path, "--out", spare=SPARE)  # before any stat, which a too-long name turns into a traceback
+    path = expand_path(path)
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
@@ -319,10 +322,21 @@ def _atomic_write(path: Path, data: bytes):
     return f
 
 
+# Bytes the files made beside a results file add to its name: ``.NAME.<pid>.tmp`` (the temp file
+# of an atomic write, a pid of up to 7 digits) is the longest; ``.NAME.lock`` is shorter.
+SPARE = len("." + "." + "9999999" + ".tmp")
+
+
 def check_writable(path: str | Path) -> None:
-    """Fail early (before any model is loaded) if ``path`` cannot be written."""
-    path = Path(path)
+    """Fail early (before any model is loaded, on ``--dry-run`` too) if ``path`` cannot be written:
+    a name too long for the filesystem (with room for the lock and temp files beside it), a
+    folder that does not exist or is a file, a directory in its place, no permission."""
+    check_name_lengths(path, "--out", spare=SPARE)
+    path = expand_path(path)
     parent = path.parent if str(path.parent) else Path(".")
+    blocker = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UserError(f"cannot write '{path}': '{blocker}' is a file, not a folder", "choose another --out, in a folder")
     if not parent.is_dir():
         raise UserError(f"output directory '{parent}' does not exist", f"create it first (mkdir -p {parent}) or choose another --out")
     if path.is_dir():

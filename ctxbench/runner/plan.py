@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ctxbench.model.size import model_size
+from ctxbench.parsing import expand_path
 from ctxbench.runner.costmodel import rate_for_plan
 
 DEFAULT_TRAINED = 8192  # SmolLM2-135M's trained context, for plans made before the model loads
@@ -158,5 +159,5 @@ def print_plan(console, plan: Plan, out=None) -> None:
             f"[yellow]this run is estimated at {_minutes(plan.seconds)}: for a first look use fewer or shorter "
             "lengths (--len 2k,4k), fewer documents (--docs 1) or trials (--trials 2); --dry-run shows the plan only[/]"
         )
-    if out is not None:
-        console.print(f"[dim]results -> {out} (finished cells are kept; rerun to resume)[/]")
+    if out is not None:  # where the rows go, as the filesystem names it (~ expanded)
+        console.print(f"[dim]results -> {expand_path(out)} (finished cells are kept; rerun to resume)[/]", highlight=False)

@@ -23,7 +23,7 @@ def build_settings(task, methods, factors=DEFAULT_FACTOR, lengths=None, options:
     if isinstance(methods, (str, tuple)) or (isinstance(methods, list) and methods and isinstance(methods[0], str)):
         methods = resolve_methods(methods)
     factors = parse_factors(factors)
-    lengths = parse_lengths(lengths) if lengths not in (None, "", []) else None
+    lengths = parse_lengths(lengths) if lengths is not None else None  # "" or [] is refused, not read as the default
     options = dict(options or {})
     known = task.option_names()
     values = {}
@@ -32,6 +32,8 @@ def build_settings(task, methods, factors=DEFAULT_FACTOR, lengths=None, options:
             raise unknown(f"{where}option for task {task.name}", key, known)
         if raw is None:
             continue
+        if isinstance(raw, str) and not raw.strip():  # "" is not "not given": refused, never read as the default
+            raise UserError(f"{where}{key} = {raw!r} is empty", f"give a value, or leave {key} out for its default")
         option = next(o for o in task.options if o.name == key)
         values[key] = option.parse(raw) if option.parse else raw
     settings = task.settings(methods=tuple(methods), factors=tuple(factors), lengths=tuple(lengths) if lengths else None, **values)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
 from ctxbench.errors import UserError, closest
-from ctxbench.parsing import parse_factors, parse_lengths
+from ctxbench.parsing import check_name_lengths, expand_path, parse_factors, parse_lengths
 from ctxbench.runner.grid import Job
 from ctxbench.runner.settings import (
     DEVICES,
@@ -240,7 +240,8 @@ def _grid_list(path: Path, where: str, key: str, value) -> list:
 def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
     """Read and validate a suite file; every problem is a :class:`UserError` naming file and key."""
 
-    path = Path(path)
+    check_name_lengths(path, "suite file")  # a too-long name: one line, not a stat's traceback
+    path = expand_path(path)  # ~ expanded, as every path ctxbench reads
     if not path.is_file():
         raise UserError(f"suite file '{path}' not found", "give the path of a .toml suite, e.g. tasks/quick.toml")
     try:

@@ -57,6 +57,11 @@ class Option:
     effective lengths no longer set its values apart: a cell run with it and again without it
     reads as one cell there, the latest run's row of each unit winning.
 
+    ``repeatable``: the flag may be given several times (``--metrics kl --metrics longppl``, as
+    ``--param`` and lm-eval's list options are), and ``parse`` receives the list of every value
+    given, so no value is dropped for the last one (click keeps only the last of a repeated flag
+    that is not declared repeatable).
+
     ``aliases``: older spellings of the flag (``--depth``), accepted but hidden from ``--help``,
     with a deprecation note on stderr: a renamed option keeps its old spelling for a release.
     """
@@ -72,6 +77,7 @@ class Option:
     alias_parse: Callable[[Any], Any] | None = None  # how an alias reads its value, where that differs
     omit_default: bool = False  # identity only when not at its default (absent from ``options`` otherwise)
     adds_rows: bool = False  # only adds metrics' rows: tables and paired comparisons do not set it apart
+    repeatable: bool = False  # the flag may be given more than once; ``parse`` gets the list of every value given
 
     @property
     def cli_flag(self) -> str:

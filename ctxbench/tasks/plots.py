@@ -7,10 +7,11 @@ tasks draw — and :func:`write_plots`, which asks every task for its own.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ctxbench.errors import UserError
-from ctxbench.parsing import len_label
+from ctxbench.parsing import NAME_MAX, check_name_lengths, expand_path, len_label
 from ctxbench.tasks import registry
 
 
@@ -60,6 +61,7 @@ def mark_trained(ax, trained: int, text: str) -> None:
 
 
 def save(plt, fig, path: Path, paths: list[Path]) -> None:
+    path = fitting_name(path)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -117,12 +119,41 @@ def depth_heatmaps(records: list[dict], directory: Path, task: str, metric: str 
     return paths
 
 
+def fitting_name(path: Path) -> Path:
+    """``path`` with a name the filesystem can hold: a plot's name is built from the model, the
+    method label and the factor, and a grid's label (``yarn(beta_fast=16,beta_slow=2,...)``) can
+    pass :data:`~ctxbench.parsing.NAME_MAX` bytes, which made ``savefig`` a traceback after the
+    whole run. A long name keeps its start and a digest of the whole, so two plots stay apart."""
+    import hashlib
+
+    if len(path.name.encode()) <= NAME_MAX:
+        return path
+    digest = hashlib.sha1(path.name.encode()).hexdigest()[:10]
+    stem = path.stem.encode()[: NAME_MAX - len(path.suffix.encode()) - len(digest) - 1].decode(errors="ignore")
+    return path.with_name(f"{stem}-{digest}{path.suffix}")
+
+
+def check_plot_dir(directory: str | Path, flag: str = "--plot") -> Path:
+    """The plot folder ``directory`` (``~`` expanded), checked before anything runs (``--dry-run``
+    too): a name too long for the filesystem, a file in its place or in place of a folder above
+    it, or a folder it cannot be made in is one line, not a traceback after the run."""
+    check_name_lengths(directory, flag)
+    directory = expand_path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"{flag} '{directory}' is a file", "give a folder for the PNGs")
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"cannot make {flag} '{directory}': '{existing}' is a file, not a folder", "give a folder path under a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot {'write in' if existing == directory else 'make'} {flag} '{directory}': permission denied on '{existing}'",
+                        "give a folder you can write to")  # fmt: skip
+    return directory
+
+
 def write_plots(records: list[dict], directory: str | Path, tasks: dict | None = None) -> list[Path]:
     """Every task's plots for ``records`` into ``directory`` (created if needed)."""
 
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise UserError(f"--plot '{directory}' is a file", "give a directory for the PNGs")
+    directory = check_plot_dir(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tasks = registry() if tasks is None else tasks
     paths = []

@@ -69,7 +69,10 @@ def parse_metrics(value, choices: tuple[str, ...]) -> tuple[str, ...]:
 
     if isinstance(value, (list, tuple)) and not value:  # a suite's ``metrics = []``: none
         return ()
-    items = split_list(value, what="--metrics")
+    if isinstance(value, (list, tuple)):  # --metrics given several times (or a TOML list): every value, merged
+        items = [item for part in value for item in split_list(str(part), what="--metrics")]
+    else:
+        items = split_list(value, what="--metrics")
     for item in items:
         if item not in choices:
             raise unknown("--metrics metric", item, choices)
@@ -80,9 +83,11 @@ def parse_metrics(value, choices: tuple[str, ...]) -> tuple[str, ...]:
 
 def metrics_option(choices: tuple[str, ...], what: str) -> Option:
     """The ``--metrics`` option of a task: part of the cell identity only when some are chosen, and
-    never a table's setting (it adds rows; the headline's numbers are the same without it)."""
-    return Option("metrics", f"comma list of proxy metrics to add ({', '.join(choices)}): {what}; default: none",
-                  lambda v: parse_metrics(v, choices), identity=True, omit_default=True, adds_rows=True)  # fmt: skip
+    never a table's setting (it adds rows; the headline's numbers are the same without it).
+    Repeatable, its values merged, as ``--param`` is: ``--metrics kl --metrics longppl`` is
+    ``--metrics kl,longppl`` (a repeated flag kept only its last value before)."""
+    return Option("metrics", f"comma list of proxy metrics to add ({', '.join(choices)}), repeatable: {what}; default: none",
+                  lambda v: parse_metrics(v, choices), identity=True, omit_default=True, adds_rows=True, repeatable=True)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- LongPPL
