@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from ctxbench.methods import Branch, logn_query_scale
+from ctxbench.methods import Branch, kernels, logn_query_scale
 
 NAME = "ctxbench"
 # Elements of one fp32 score block (heads x block x keys): 2**25 floats = 128 MB.
@@ -73,6 +73,16 @@ SCORE_BUDGET = 2**25
 FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")
 # Queries per block of the fused path; its widest mask is (block, block + w - 1).
 NEAR_BLOCK = 512
+# Device types where a forward of more than one query runs the branches as whole-sequence kernel calls
+# (:func:`_whole`: a two-branch method's near band in one windowed call and its far keys in one shifted
+# causal call; dca's three parts in calls over whole chunks), through the kernel :func:`kernels.choose`
+# picks; elsewhere, and where no kernel takes a call, the block partition (:func:`_fused`). CPU keeps
+# the block partition (about the time of plain attention there); tests add "cpu" to run the whole-sequence
+# calls through the reference kernel.
+WHOLE_DEVICES = ("cuda",)
+# A decomposition into more calls than this (a branch whose key range steps at almost every query)
+# keeps the block partition.
+MAX_CALLS = 4096
 
 
 @dataclass(frozen=True)
@@ -167,7 +177,16 @@ def _causal(qr, kr, v, scaling, q_pos, k_pos):
     gqa = qr.shape[1] != kr.shape[1]
     n_q, n_k = qr.shape[2], kr.shape[2]
     if n_q == n_k:
+        kernels.note("sdpa")
         return F.scaled_dot_product_attention(qr, kr, v, is_causal=True, scale=scaling, enable_gqa=gqa)
+    if n_q > 1 and qr.device.type in WHOLE_DEVICES:  # a suffix after a cached prefix: one lower-right call
+        kernel = kernels.choose(qr, windowed=False, length=n_q)
+        if kernel is not None:
+            rep = qr.shape[1] // kr.shape[1]
+            kr, v = (t.repeat_interleave(rep, dim=1) if rep > 1 else t for t in (kr, v))
+            kernels.note(f"whole-{kernel.name}")
+            return kernel(qr, kr, v, causal_offset=n_k - n_q, scale=scaling)[0]
+    kernels.note("sdpa-masked")
     out = []
     step = _block_size(qr.shape[1], n_k)
     for a in range(0, n_q, step):
@@ -239,6 +258,10 @@ def _branched_attention(plan, q, k, v, scaling, q_pos, k_pos):
         b_q, b_k, b_inv = branch.positions(q_pos, k_pos, inv)
         rotated.append((rotate(q, b_q, b_inv, scale, rd), rotate(k, b_k, b_inv, scale, rd)))
         bounds.append(branch.keys(q_pos))  # (lo, hi) of each query
+    if n_q > 1 and q.device.type in WHOLE_DEVICES:  # whole-sequence kernel calls, where a kernel takes them
+        out = _whole(plan, bounds, rotated, v, scaling)
+        if out is not None:
+            return out
     if q.device.type in FUSED_DEVICES and n_q > 1:  # prefill or a long suffix: the shared block partition
         return _fused(plan.branches, bounds, rotated, v, scaling, q_pos)
     return _blocked(bounds, rotated, v, scaling, q_pos)
@@ -254,6 +277,7 @@ def _blocked(bounds, rotated, v, scaling, q_pos):
     qs = [_grouped(r_q, kv_heads) for r_q, _ in rotated]  # (b, kv, g, n_q, d)
     ks = [r_k[:, :, None] for _, r_k in rotated]  # (b, kv, 1, n_k, d)
     vg = v[:, :, None]
+    kernels.note("blocked")
     out = torch.empty(b, kv_heads, h // kv_heads, n_q, v.shape[-1], dtype=v.dtype, device=v.device)
     k_idx = torch.arange(n_k, device=v.device)
     step = _block_size(h, n_k)
@@ -297,7 +321,7 @@ def _attend_cpu(q, k, v, scaling, mask=None):
     """PyTorch's fused flash-attention kernel for CPU (it returns the log-sum-exp)."""
     bias = None if mask is None else _additive(mask, q.dtype, q.device)
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)
-    return out, lse.float()
+    return out, lse.to(kernels.acc_dtype(q.dtype))  # float32; float64 for float64 inputs
 
 
 def _attend_cuda(q, k, v, scaling, mask=None):
@@ -334,13 +358,15 @@ def _attend_math(q, k, v, scaling, mask=None):
 
 # The fused kernel per device type; any other device runs the portable one.
 KERNELS = {"cpu": _attend_cpu, "cuda": _attend_cuda}
+# How rows name the block partition's kernel (``block-<name>``).
+KERNEL_NAMES = {_attend_cpu: "cpu-flash", _attend_cuda: "efficient", _attend_math: "math"}
 
 
 def _merge(out, lse, part_out, part_lse):
     """Fold a softmax over more keys into ``out``/``lse`` (b, h, rows, d)/(b, h, rows), in place:
     out = (e^lse out + e^part_lse part_out) / (e^lse + e^part_lse)."""
     total = torch.logaddexp(lse, part_lse)
-    out.mul_((lse - total).exp()[..., None]).add_(part_out.float() * (part_lse - total).exp()[..., None])
+    out.mul_((lse - total).exp()[..., None]).add_(part_out.to(out.dtype) * (part_lse - total).exp()[..., None])
     lse.copy_(total)
 
 
@@ -403,6 +429,8 @@ def _fused(branches, bounds, rotated, v, scaling, q_pos):
     ks = [r_k.repeat_interleave(rep, dim=1) if rep > 1 else r_k for _, r_k in rotated]
     v = v.repeat_interleave(rep, dim=1) if rep > 1 else v
     out = torch.empty(b, h, n_q, v.shape[-1], dtype=rotated[0][0].dtype, device=v.device)  # (b, h, n_q, d)
+    acc_dtype = kernels.acc_dtype(out.dtype)  # float32; float64 for float64 inputs
+    kernels.note("block-" + KERNEL_NAMES.get(KERNELS.get(v.device.type, _attend_math), "custom"))
     k_idx = torch.arange(n_k, device=v.device)
     for a, e in _query_blocks(branches, bounds, n_q):
         acc = lse = None
@@ -418,14 +446,123 @@ def _fused(branches, bounds, rotated, v, scaling, q_pos):
                     mask = keep[r0:r1] if masked else None
                     part = _attend(r_q[:, :, a + r0 : a + r1], r_k[:, :, start:stop], v[:, :, start:stop], scaling, mask)
                     if acc is None and (r0, r1) == (0, e - a):  # the block's first part: every row has it
-                        acc, lse = part[0].float(), part[1]
+                        acc, lse = part[0].to(acc_dtype), part[1]
                         continue
                     if acc is None:
-                        acc = torch.zeros(b, h, e - a, v.shape[-1], dtype=torch.float32, device=v.device)
-                        lse = torch.full((b, h, e - a), float("-inf"), dtype=torch.float32, device=v.device)
+                        acc = torch.zeros(b, h, e - a, v.shape[-1], dtype=acc_dtype, device=v.device)
+                        lse = torch.full((b, h, e - a), float("-inf"), dtype=acc_dtype, device=v.device)
                     _merge(acc[:, :, r0:r1], lse[:, :, r0:r1], *part)
         out[:, :, a:e] = acc.to(out.dtype)
     return out
+
+
+@dataclass(frozen=True)
+class WholeCall:
+    """One kernel call of :func:`_whole`: rows ``rows[0] <= r < rows[1]`` of the queries of branch ``branch``
+    over its keys ``keys[0] <= j < keys[1]``, with the kernel interface's ``window_left`` and
+    ``causal_offset`` in the coordinates of that slice (:mod:`ctxbench.methods.kernels`)."""
+
+    branch: int
+    rows: tuple[int, int]
+    keys: tuple[int, int]
+    window_left: int | None
+    causal_offset: int | None
+
+
+_JUMP = 4  # an edge between two queries where lo or hi steps by anything but 0 or 1
+
+
+def _runs(lo: torch.Tensor, hi: torch.Tensor) -> list[tuple[int, int, int | None]]:
+    """Maximal runs ``(r0, r1, code)`` of consecutive queries over which a branch's bounds each stay
+    put or move with the query: ``code = 2 [lo moves] + [hi moves]``, None for a run of one query."""
+    n = lo.shape[0]
+    if n < 2:
+        return [(0, n, None)]
+    d_lo, d_hi = lo[1:] - lo[:-1], hi[1:] - hi[:-1]
+    code = torch.where(((d_lo == 0) | (d_lo == 1)) & ((d_hi == 0) | (d_hi == 1)), 2 * d_lo + d_hi, _JUMP)
+    starts = [0, *(torch.nonzero(code[1:] != code[:-1]).flatten() + 1).tolist()]
+    values = code[starts].tolist()
+    runs: list[tuple[int, int, int | None]] = []
+    s, current = 0, None  # the open run starts at query s; its code (None: one query so far)
+    for e0, e1, c in zip(starts, [*starts[1:], n - 1], values, strict=True):  # edges e0 .. e1-1, all c
+        if c == _JUMP:  # every edge of the segment separates its queries
+            runs.append((s, e0 + 1, current))
+            runs.extend((r, r + 1, None) for r in range(e0 + 1, e1))
+            s, current = e1, None
+        elif current is None:  # the open run (query e0 alone) takes this segment's edges
+            current = c
+        else:  # another code: the open run ends at query e0, the next starts after it
+            runs.append((s, e0 + 1, current))
+            s, current = e0 + 1, (c if e0 + 1 < e1 else None)
+    runs.append((s, n, current))
+    return runs
+
+
+def _whole_calls(bounds, n_k: int) -> list[WholeCall] | None:
+    """Each branch's key ranges ``lo(i) <= j < hi(i)`` as whole-sequence kernel calls: over every run of
+    queries where ``lo`` and ``hi`` each stay put or move with the query (:func:`_runs`), the rows that
+    have a key there, one call over the keys ``max(0, lo) .. hi`` of the run's last query: ``hi`` moving
+    is the causal edge at the lower right of that slice, ``lo`` moving a window behind it. A two-branch
+    method gives two calls, the near band (a window of ``w - 1`` behind the edge) and the far keys (the
+    last ``n - w`` queries over the first ``n - w`` keys, causal); dca three per chunk (its own chunk,
+    causal; the previous one and every earlier one, unmasked). None where a run has ``lo`` moving under
+    a fixed ``hi``, or the calls would exceed :data:`MAX_CALLS`."""
+    calls: list[WholeCall] = []
+    for index, (lo, hi) in enumerate(bounds):
+        lo, hi = lo.to("cpu", torch.int64), hi.to("cpu", torch.int64)
+        for r0, r1, code in _runs(lo, hi):
+            lo_moves, hi_moves = code in (2, 3), code in (1, 3)
+            has = (hi[r0:r1] > lo[r0:r1].clamp(min=0)).nonzero().flatten()  # rows with a key here
+            if has.numel() == 0:
+                continue
+            first = r0 + int(has[0])
+            if has.numel() != r1 - first:  # rows without a key after rows with one: not a run of calls
+                return None
+            if lo_moves and not hi_moves:
+                return None
+            k0, k1 = max(0, int(lo[first])), min(n_k, int(hi[r1 - 1]))
+            offset = int(hi[first]) - 1 - k0 if hi_moves else None
+            window = int(hi[first]) - 1 - int(lo[first]) if lo_moves else None
+            calls.append(WholeCall(index, (first, r1), (k0, k1), window, offset))
+            if len(calls) > MAX_CALLS:
+                return None
+    return calls
+
+
+def _whole(plan, bounds, rotated, v, scaling):
+    """The branches as whole-sequence kernel calls (:func:`_whole_calls`, kept in the layer's plan per
+    shape), each returning its output and log-sum-exp, merged in float32 (float64 for float64 inputs):
+    ``out_i = sum_c e^lse_c out_c / sum_c e^lse_c`` over the calls that reach query ``i``, which is the
+    softmax over the union of their disjoint key sets. None when a call has no kernel on this device (the
+    block partition runs instead)."""
+    b, h, n_q, _ = rotated[0][0].shape
+    n_k = v.shape[2]
+    shape = ("whole-calls", n_q, n_k)
+    if shape not in plan.memo:
+        plan.memo[shape] = _whole_calls(bounds, n_k)
+    calls = plan.memo[shape]
+    if calls is None:
+        return None
+    q0 = rotated[0][0]
+    chosen = {w: kernels.choose(q0, windowed=w, length=n_q) for w in {c.window_left is not None for c in calls}}
+    if any(kernel is None for kernel in chosen.values()):
+        return None
+    rep = h // v.shape[1]  # the kernels want one key head per query head
+    ks = [r_k.repeat_interleave(rep, dim=1) if rep > 1 else r_k for _, r_k in rotated]
+    v = v.repeat_interleave(rep, dim=1) if rep > 1 else v
+    acc_dtype = kernels.acc_dtype(q0.dtype)
+    acc = torch.zeros(b, h, n_q, v.shape[-1], dtype=acc_dtype, device=v.device)
+    lse = torch.full((b, h, n_q), float("-inf"), dtype=acc_dtype, device=v.device)
+    used: dict[str, None] = {}
+    for call in calls:
+        kernel = chosen[call.window_left is not None]
+        (r0, r1), (k0, k1) = call.rows, call.keys
+        part_out, part_lse = kernel(rotated[call.branch][0][:, :, r0:r1], ks[call.branch][:, :, k0:k1], v[:, :, k0:k1],
+                                    window_left=call.window_left, causal_offset=call.causal_offset, scale=scaling)  # fmt: skip
+        kernels.merge(acc[:, :, r0:r1], lse[:, :, r0:r1], part_out, part_lse)
+        used[kernel.name] = None
+    kernels.note("whole-" + "+".join(used))
+    return acc.to(q0.dtype)
 
 
 def _windowed(q, k, v, scaling, window: int):
@@ -439,6 +576,7 @@ def _windowed(q, k, v, scaling, window: int):
     out = torch.empty(b, h, n_q, v.shape[-1], dtype=q.dtype, device=q.device)
     k_idx = torch.arange(n_k, device=q.device)
     q_pos = k_idx[n_k - n_q :]
+    kernels.note("block-" + KERNEL_NAMES.get(KERNELS.get(q.device.type, _attend_math), "custom"))
     for a in range(0, n_q, NEAR_BLOCK):
         e = min(n_q, a + NEAR_BLOCK)
         pos = q_pos[a:e]
