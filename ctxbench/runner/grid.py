@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from ctxbench.defaults import DEFAULT_MODEL
-from ctxbench.methods import check_applicable, effective_params
+from ctxbench.methods import check_applicable, effective_params, kernels
 from ctxbench.model.files import check_model
 from ctxbench.model.size import size_of
 from ctxbench.report.display import summary_tables
@@ -305,6 +305,7 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
         torch_version=torch.__version__, transformers_version=transformers.__version__,
     )
     extra_all = {"trained_len": lm.geometry.trained_len}
+    own_attention = str(getattr(getattr(getattr(lm, "model", None), "config", None), "_attn_implementation", None) or "")
     if shard is not None:
         extra_all["rank"] = shard[0]
     for c in full_grid:  # a scaling method on a model without RoPE, a length past a learned position table
@@ -339,6 +340,8 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
         shared = cell_fields(cell)
         # every row says how many rows its cell has: a cell missing any (a hand edit) is partial
         cell_extra = {**extra_all, "cell_rows": len(measurements)}
+        # the attention paths its group ran (methods.kernels: block-cpu-flash, whole-flash+cudnn, ...), else the model's own
+        cell_extra["attention_kernel"] = kernels.ran() or own_attention
         if cell.factor is None:  # run once for every factor of the grid (the method ignores it)
             cell_extra["factors"] = factors
         return [
@@ -407,6 +410,7 @@ def run_task(
         progress.start_task(task.name, cells=todo, tokens=int(share), skipped=outcome.skipped)
     for group in todo_groups:
         finished: set[Cell] = set()
+        kernels.forget()  # each group's rows name the attention paths that group ran
         try:
             for cell, measurements in _run_with_retry(task, lm, ctx, group, settings, finished):
                 results.add(rows_for(cell, measurements))
@@ -430,7 +434,7 @@ def run_task(
     return outcome
 
 
-CELL_EXTRA = ("trained_len", "cell_rows", "factors", "rank")  # what rows_for adds to every row of a cell
+CELL_EXTRA = ("trained_len", "cell_rows", "factors", "rank", "attention_kernel")  # what rows_for adds to every row of a cell
 
 
 def _kept_trials(records: list[dict], short: dict) -> dict:
