@@ -44,6 +44,7 @@ from ctxbench.report.pivot import Headline, headline_of
 from ctxbench.results.identity import SETTING, VIEW, drop_partial, table_view_key
 from ctxbench.results.store import read_records
 from ctxbench.tasks import registry
+from ctxbench.tasks.base import check_records
 from ctxbench.tasks.proxy import HIGHER_IS_BETTER
 
 # Relative change below which two floats are the same number (a rerun prints exactly the same
@@ -110,6 +111,7 @@ def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float 
     loaded = []
     for path in (base_path, new_path):
         records, partial = drop_partial(read_records(path), tasks)
+        check_records(records, tasks, where=f"'{path}': ")  # a value no run can produce: named, exit 2
         if partial:
             notes.append(f"{path}: {len(partial)} partial cell(s) not compared ({'; '.join(partial[:3])}): rows are missing (a hand edit?)")
         loaded.append(records)

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from ctxbench.errors import UserError, closest
 from ctxbench.results.identity import setting_of, unit_key, uses_factor
-from ctxbench.tasks.base import extra_of
+from ctxbench.tasks.base import check_records, extra_of
 
 __all__ = ["Paired", "CellComparison", "Ranking", "paired_ppl", "paired_retrieval", "paired_rows", "holm", "compare_labels", "rank"]
 
@@ -459,9 +459,12 @@ def _cells(records: Iterable[dict], task: Sequence[str] | str | None, tasks: dic
     A cell with a row that is not ``ok`` is left out (it failed or is being re-run). When a
     merged file holds a cell twice, or the cell ran with ``--metrics`` and again without (options
     that only add rows set no group apart), the later rows of each unit win (as the pivot shows
-    the last run of a cell). ``tasks`` (name -> Task) says which options only add rows.
+    the last run of a cell). ``tasks`` (name -> Task) says which options only add rows. A value no
+    run can produce is refused, naming its cell (:func:`ctxbench.tasks.base.check_records`).
     """
 
+    records = list(records)
+    check_records(records, tasks)
     names = {task} if isinstance(task, str) else (set(task) if task else None)
     groups: dict[tuple, dict[tuple[str, str], dict[tuple, dict]]] = {}
     failed: set[tuple] = set()

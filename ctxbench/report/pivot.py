@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from ctxbench.errors import UserError, closest
 from ctxbench.parsing import len_label  # noqa: F401  (also imported from here)
 from ctxbench.results.identity import SETTING, setting_of, unit_key
-from ctxbench.tasks.base import Headline, extra_of, headline_of  # noqa: F401
+from ctxbench.tasks.base import Headline, check_records, extra_of, headline_of  # noqa: F401
 from ctxbench.tasks.proxy import HIGHER_IS_BETTER as PROXY_HIGHER_IS_BETTER  # light: no torch
 
 
@@ -89,8 +89,10 @@ def _fmt_factor(text) -> str:
 def build(records: list[dict], tasks: dict | None = None, task=None, method=None, factor=None, length=None,
           baseline: str | None = None) -> list[Pivot]:  # fmt: skip
     """Pivots from result records (dicts of strings), filtered by task names, method labels or
-    names, factors and lengths (lists or None)."""
+    names, factors and lengths (lists or None). Refuses a value no run can produce
+    (:func:`ctxbench.tasks.base.check_records`), naming its cell."""
 
+    check_records(records, tasks)
     groups: dict[tuple, list[dict]] = {}
     bounds: dict[tuple, dict[str, float]] = {}
     per_trial: dict[tuple, set] = {}  # trials seen per depth cell: the count when an old row lacks extra.trials

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -211,6 +212,9 @@ class Task:
     trials: Callable | None = None
     # settings -> cheaper settings (smaller chunks) to retry a group that ran out of memory cell by cell.
     shrink: Callable | None = None
+    # metric -> the values it can take (:class:`Domain`); every reader refuses a row outside them
+    # (:func:`check_records`). ``X_lo``/``X_hi`` rows take ``X``'s domain and must hold ``X``.
+    domains: dict = field(default_factory=dict)
 
     def settled(self, lm, settings):
         """``settings`` with every model-dependent default decided (see ``settle``)."""
@@ -282,3 +286,166 @@ def extra_of(record: dict) -> dict:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+# --- the values each metric can take (also for files whose task is not installed) ---
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values a metric can take in any run, whatever the model or method: a perplexity is
+    ``exp`` of a mean NLL >= 0, so never below 1; an accuracy is a mean of outcomes in [0, 1]; a
+    passkey trial is right or wrong. A value outside is no measurement (an edited or damaged
+    file, another tool's), and a reader that took it would judge it -- a perplexity of 0.5
+    ranks best, an accuracy of 1.7 shows as 170% -- so every reader refuses it, naming the cell
+    (:func:`check_records`). Only finite numbers are judged: NaN, inf and text are the readers'
+    own case (``compare`` fails such a cell, tables show it as missing)."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    whole: bool = False  # a count
+    values: tuple[float, ...] = ()  # the only values it takes (a right-or-wrong outcome: 0 and 1)
+    meaning: str = ""
+
+    def __str__(self) -> str:
+        if self.values:
+            return "{" + ", ".join(f"{v:g}" for v in self.values) + "}"
+        if self.whole:
+            return f"a whole number >= {self.lo:g}" if self.hi == math.inf else f"a whole number in [{self.lo:g}, {self.hi:g}]"
+        return f"[{self.lo:g}, " + ("inf)" if self.hi == math.inf else f"{self.hi:g}]")
+
+    def holds(self, value: float) -> bool:
+        """Whether the finite ``value`` is in the domain; its bounds allow float rounding (a mean
+        of ones summed in another order may be 1 + 1 ulp), its values and counts do not."""
+        if self.values:
+            return value in self.values
+        slack = 1e-9 * max(1.0, abs(value))
+        return self.lo - slack <= value <= self.hi + slack and (not self.whole or value.is_integer())
+
+
+PERPLEXITY = Domain(1.0, meaning="a perplexity, exp of a mean NLL >= 0")
+NLL = Domain(0.0, meaning="a negative log-likelihood in nats")
+DIVERGENCE = Domain(0.0, meaning="a KL divergence")
+FRACTION = Domain(0.0, 1.0, meaning="a fraction")
+OUTCOME = Domain(values=(0.0, 1.0), meaning="one trial, right (1) or wrong (0)")
+SCORE = Domain(0.0, 1.0, meaning="one trial's score, the fraction of its expected answers found")
+COUNT = Domain(0.0, whole=True, meaning="a count")
+AMOUNT = Domain(0.0, meaning="a time, rate or size")
+
+# Whatever the task: the columns every row has, and the numbers of a row's ``extra`` that readers
+# use (the pivot pools a length's depths by ``trials`` and ``correct``, a proxy by ``answer_nll``).
+COLUMN_DOMAINS = {"tokens": COUNT, "seconds": AMOUNT}
+EXTRA_DOMAINS = {"trials": COUNT, "docs": COUNT, "correct": Domain(0.0, meaning="trials right, a sum of scores"),
+                 "answer_nll": NLL, "answer_tokens": COUNT}  # fmt: skip
+
+# Files whose task is not installed here (a plug-in's rows): the built-ins' declarations by metric
+# name; ``score`` the loosest of them (RULER's fraction of expected answers found).
+DOMAIN_FALLBACK = {
+    "ppl": PERPLEXITY, "nll": NLL, "nll_pos": NLL, "nll_beyond_L": NLL, "longppl": PERPLEXITY, "kl": DIVERGENCE,
+    "key_tokens": COUNT, "docs": COUNT, "answer_nll": NLL, "accuracy": FRACTION, "correct": OUTCOME, "score": SCORE,
+}  # fmt: skip
+
+# The columns a value row and its interval rows (``ppl``, ``ppl_lo``, ``ppl_hi``) share: the cell's
+# identity (:data:`ctxbench.results.identity.IDENTITY`) and the place in it but the metric
+# (``WITHIN``); a test holds them in step.
+PLACE = ("model_digest", "data_digest", "task", "method", "label", "method_params", "factor", "length", "stride", "depth",
+         "variant", "seed", "dtype", "options", "trial", "doc", "pos_start")  # fmt: skip
+
+
+def domains_of(task_name: str, tasks: dict | None) -> dict:
+    """metric -> :class:`Domain` of a task: what it declares (a ``fraction`` headline is in [0, 1]
+    even when not declared), or :data:`DOMAIN_FALLBACK` for a task that is not installed."""
+    if tasks and task_name in tasks:
+        t = tasks[task_name]
+        return {t.metric: FRACTION, **t.domains} if t.fraction else dict(t.domains)
+    return DOMAIN_FALLBACK
+
+
+def _finite(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _bound_of(metric: str) -> tuple[str, str]:
+    """``("ppl", "lo")`` for ``ppl_lo``; ``(metric, "")`` for anything else."""
+    if metric.endswith(("_lo", "_hi")):
+        return metric[:-3], metric[-2:]
+    return metric, ""
+
+
+def domain_reason(record: dict, tasks: dict | None, domains: dict | None = None) -> str:
+    """Why a row holds a number outside its domain (``ppl 0.5 is outside [1, inf) (a perplexity,
+    ...)``), or ``""``: its metric's value (an interval bound takes its metric's domain), its
+    ``tokens`` and ``seconds``, and the numbers of its ``extra`` in :data:`EXTRA_DOMAINS`.
+    ``domains``: the task's, when the caller has them at hand."""
+    domains = domains_of(record.get("task", ""), tasks) if domains is None else domains
+    metric = record.get("metric", "")
+    domain = domains.get(metric) or domains.get(_bound_of(metric)[0] if _bound_of(metric)[1] else "")
+    checks = [(metric, record.get("value"), domain), *((c, record.get(c), d) for c, d in COLUMN_DOMAINS.items())]
+    text = record.get("extra") or ""
+    if any(f'"{key}"' in text for key in EXTRA_DOMAINS):  # parse only the rows that may hold one
+        extra = extra_of(record)
+        checks += [(f"extra.{key}", extra[key], d) for key, d in EXTRA_DOMAINS.items() if key in extra]
+    for name, raw, d in checks:
+        value = _finite(raw) if d is not None and not isinstance(raw, bool) else None
+        if value is not None and not d.holds(value):
+            return f"{name} {raw} is outside {d}" + (f" ({d.meaning})" if d.meaning else "")
+    return ""
+
+
+def cell_text(record: dict) -> str:
+    """The cell and place of a row for people: ``ppl yarn x2 at length 8192 doc all``."""
+    get = record.get
+    factor = f" x{get('factor')}" if get("factor", "") != "" else ""
+    parts = [f"{get('task', '?')}" + (f" {get('variant')}" if get("variant", "") not in ("", "default") else ""),
+             f"{get('label') or get('method', '?')}{factor} at length {get('length', '?')}"]  # fmt: skip
+    parts += [f"{c} {get(c)}" for c in ("depth", "trial", "doc", "pos_start") if get(c, "") != ""]
+    return " ".join(parts)
+
+
+DOMAIN_FIX = ("no run of ctxbench writes such a value: restore the row from the file the run wrote, or delete every row "
+              "of that cell and run it again (a resumed run measures only the cells the file lacks)")  # fmt: skip
+
+
+def check_records(records: Iterable[dict], tasks: dict | None, where: str = "") -> None:
+    """Refuse rows that no run can produce, as :class:`ctxbench.errors.UserError` naming the
+    first such cell and the fix: a number outside its :class:`Domain` (:func:`domain_reason`), or
+    an aggregate outside its own interval (``ppl`` not within ``ppl_lo``..``ppl_hi``, ``lo > hi``).
+    Every reader calls it where records become cells (the pivot, ``compare``, the paired tests
+    behind ``rank`` and ``report --baseline``, the plots), so none judges such a value. Rows that
+    are not ``ok`` are not read by any reader and not checked. ``where``: a prefix for the
+    message (the file). One pass; a row's ``extra`` is parsed only when it may hold a number."""
+    from ctxbench.errors import UserError
+
+    by_task: dict[str, dict] = {}
+    intervals: dict[tuple, dict[str, tuple[float, dict]]] = {}
+    for r in records:
+        if r.get("status", "ok") != "ok":
+            continue
+        task = r.get("task", "")
+        domains = by_task.get(task)
+        if domains is None:
+            domains = by_task[task] = domains_of(task, tasks)
+        reason = domain_reason(r, tasks, domains)
+        if reason:
+            raise UserError(f"{where}{cell_text(r)}: {reason}", DOMAIN_FIX)
+        metric, bound = _bound_of(r.get("metric", ""))
+        if metric in domains and r.get("trial", "") in ("", "all"):
+            value = _finite(r.get("value"))
+            if value is not None:  # a later row of the same place replaces an earlier one (a rerun appended)
+                intervals.setdefault((tuple(r.get(c, "") for c in PLACE), metric), {})[bound] = (value, r)
+    for (_, metric), got in intervals.items():
+        if "lo" not in got and "hi" not in got:
+            continue
+        (lo, _), (hi, _) = got.get("lo", (-math.inf, None)), got.get("hi", (math.inf, None))
+        value, r = got.get("", (None, None))
+        slack = 1e-9 * max(1.0, abs(lo), abs(hi))
+        if lo > hi + slack:
+            r = got["lo"][1]
+            raise UserError(f"{where}{cell_text(r)}: {metric}_lo {lo:.6g} is above {metric}_hi {hi:.6g}", DOMAIN_FIX)
+        if value is not None and not lo - slack <= value <= hi + slack:
+            shown = " and ".join(f"{metric}_{b} {v:.6g}" for b, v in (("lo", lo), ("hi", hi)) if b in got)
+            raise UserError(f"{where}{cell_text(r)}: {metric} {value:.6g} is outside its own 95% interval ({shown})", DOMAIN_FIX)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ctxbench.errors import UserError
 from ctxbench.tasks import proxy, trials
-from ctxbench.tasks.base import Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.tasks.base import FRACTION, OUTCOME, Cell, Context, CostItem, Measurement, Option, Task
 from ctxbench.tasks.common import (  # noqa: F401  (parse_depths: the name scripts imported from here)
     accuracy_rows,
     answer_cells,
@@ -326,4 +326,5 @@ TASK = Task(
     validate=validate,
     trials=trials.numbered_trials,
     legacy_options=legacy_options,
+    domains={"accuracy": FRACTION, "correct": OUTCOME, **proxy.ANSWER_DOMAINS},  # a trial is right or wrong
 )

@@ -151,11 +151,14 @@ def check_plot_dir(directory: str | Path, flag: str = "--plot") -> Path:
 
 
 def write_plots(records: list[dict], directory: str | Path, tasks: dict | None = None) -> list[Path]:
-    """Every task's plots for ``records`` into ``directory`` (created if needed)."""
+    """Every task's plots for ``records`` into ``directory`` (created if needed); a value no run can
+    produce is refused before anything is drawn (:func:`ctxbench.tasks.base.check_records`)."""
+    from ctxbench.tasks.base import check_records
 
     directory = check_plot_dir(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     tasks = registry() if tasks is None else tasks
+    check_records(records, tasks)
+    directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in sorted({r["task"] for r in records}):
         task = tasks.get(name)

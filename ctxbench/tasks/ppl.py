@@ -39,7 +39,18 @@ from dataclasses import dataclass, field, replace
 from ctxbench.errors import UserError
 from ctxbench.parsing import len_label, parse_length
 from ctxbench.tasks import proxy
-from ctxbench.tasks.base import Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.tasks.base import (
+    AMOUNT,
+    COUNT,
+    NLL,
+    PERPLEXITY,
+    Cell,
+    Context,
+    CostItem,
+    Measurement,
+    Option,
+    Task,
+)
 from ctxbench.tasks.common import factors_for, parse_choice, parse_positive_int
 from ctxbench.tasks.plots import (
     by_factor,
@@ -461,4 +472,6 @@ TASK = Task(
     plots=plots,
     validate=validate,
     shrink=lambda s: replace(s, chunk=max(64, s.chunk // 4)),  # LM-head chunks a quarter the size
+    domains={"ppl": PERPLEXITY, "nll": NLL, "nll_pos": NLL, "nll_beyond_L": NLL, "docs": COUNT, "tokens_per_s": AMOUNT,
+             "peak_mem_mb": AMOUNT, **proxy.PPL_DOMAINS},
 )

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from ctxbench.errors import UserError, unknown
 from ctxbench.methods import resolve
 from ctxbench.parsing import split_list
-from ctxbench.tasks.base import Measurement, Option
+from ctxbench.tasks.base import COUNT, DIVERGENCE, NLL, PERPLEXITY, Measurement, Option
 
 PPL_METRICS = ("longppl", "kl")
 ANSWER_METRICS = ("answer_nll",)
@@ -45,6 +45,9 @@ BETA = -2.0  # LongPPL's beta: a key token's long-context log-prob is above this
 # How reports read each proxy's aggregate rows (a table per metric beside the task's headline one):
 # for all three, lower is better (fewer nats lost, closer to the unscaled model).
 HIGHER_IS_BETTER = {"longppl": False, "kl": False, "answer_nll": False}
+# The values each proxy's rows can take (ctxbench.tasks.base.Domain), declared by the tasks that write them.
+PPL_DOMAINS = {"longppl": PERPLEXITY, "key_tokens": COUNT, "kl": DIVERGENCE}
+ANSWER_DOMAINS = {"answer_nll": NLL}
 KL_CHUNK = 256  # positions per LM-head chunk of the KL divergence (two (chunk, vocab) fp32 tensors)
 
 

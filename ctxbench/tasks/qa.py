@@ -36,7 +36,7 @@ from ctxbench.synthetic.qa import (
     parse_spec,
     task_text,
 )
-from ctxbench.tasks.base import Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.tasks.base import FRACTION, OUTCOME, Cell, Context, CostItem, Measurement, Option, Task
 from ctxbench.tasks.common import (
     CHAT_HELP,
     accuracy_rows,
@@ -252,4 +252,5 @@ TASK = Task(
     metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths, validate=validate,
     trials=numbered_trials,
     settle=settle_chat,
+    domains={"accuracy": FRACTION, "score": OUTCOME},  # string_match_part: a trial is right (1) or wrong (0)
 )  # fmt: skip

@@ -36,7 +36,7 @@ from ctxbench.errors import UserError, unknown
 from ctxbench.parsing import split_list
 from ctxbench.synthetic import PROTOCOLS, TOKENS_TO_GENERATE, TooShort, build, load_haystack, score
 from ctxbench.tasks import proxy, trials
-from ctxbench.tasks.base import Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.tasks.base import FRACTION, SCORE, Cell, Context, CostItem, Measurement, Option, Task
 from ctxbench.tasks.common import (
     CHAT_HELP,
     accuracy_rows,
@@ -140,6 +140,8 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
         cost=partial(cost, spec), metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths,
         plots=partial(plots, name), validate=validate, legacy_options=legacy_options, settle=settle_chat,
         trials=trials.numbered_trials,
+        # string_match_all: a trial's score is the fraction of its expected answers found (multikey: 0.25, 0.5, ...)
+        domains={"accuracy": FRACTION, "score": SCORE, **(proxy.ANSWER_DOMAINS if answer_nll else {})},
     )  # fmt: skip
 
 

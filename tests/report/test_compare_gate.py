@@ -59,15 +59,19 @@ def _passkey_cell(row: dict) -> bool:
 
 
 def _halved_passkey(rows: list[dict]) -> list[dict]:
-    """The yarn passkey cell at 4k with half its trials now wrong (accuracy 1.0 -> 0.5)."""
+    """The yarn passkey cell at 4k with half its trials now wrong (accuracy 1.0 -> 0.5), with the
+    Wilson interval a run writes for 2 of 4 (a value outside its own interval is refused)."""
+    from ctxbench.stats import wilson
+
+    lo, hi = wilson(2, 4)
     out = []
     for r in rows:
         r = dict(r)
         if _passkey_cell(r):
             if r["metric"] == "correct" and r["trial"] in ("0", "1"):
                 r["value"], r["answer"] = "0", "12345"
-            elif r["metric"] == "accuracy":
-                r["value"] = "0.5"
+            elif r["metric"] in ("accuracy", "accuracy_lo", "accuracy_hi"):
+                r["value"] = repr({"accuracy": 0.5, "accuracy_lo": lo, "accuracy_hi": hi}[r["metric"]])
         out.append(r)
     return out
 
