@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 
 from ctxbench.report.effective import annotate
 from ctxbench.report.paired import compare_labels
@@ -116,4 +117,44 @@ def to_json(ps: list[Pivot]) -> str:
         ))  # fmt: skip
 
     out += [to_dict(s) for s in ruler_suites(ps)]  # after the pivots: ``out[i]`` is still pivot i
-    return json.dumps(out, indent=1) + "\n"
+    return strict_json(out)
+
+
+def strict_json(data, reasons: dict[str, str] | None = None) -> str:
+    """``data`` as strict JSON (RFC 8259: ``json.dumps(..., allow_nan=False)``): a NaN or infinite
+    number, which Python would write as the bare ``NaN``/``Infinity`` that other tools' parsers
+    refuse, is ``null``, and the object that held it gains ``null_reasons`` saying for each such
+    field what it was and why (``reasons``: the writer's words by field name, where the field says
+    more than what the number was)."""
+    return json.dumps(_json_ready(data, reasons or {}), indent=1, allow_nan=False) + "\n"
+
+
+def _not_finite(value) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _why(value: float) -> str:
+    return "NaN: not a number (no value was measured, or it is undefined here)" if math.isnan(value) else \
+        f"{'-' if value < 0 else ''}Infinity: not a finite number"  # fmt: skip
+
+
+def _json_ready(data, reasons: dict[str, str]):
+    if isinstance(data, dict):
+        out, why = {}, {}
+        for key, value in data.items():
+            if _not_finite(value):
+                out[key], why[key] = None, reasons.get(key, _why(value))
+                continue
+            out[key] = _json_ready(value, reasons)
+            if isinstance(value, (list, tuple)) and _holds_not_finite(value):
+                why[key] = reasons.get(key, "null entries are NaN or infinite: not finite numbers")
+        if why:
+            out["null_reasons"] = why
+        return out
+    if isinstance(data, (list, tuple)):
+        return [None if _not_finite(x) else _json_ready(x, reasons) for x in data]
+    return data
+
+
+def _holds_not_finite(values) -> bool:
+    return any(_not_finite(x) or (isinstance(x, (list, tuple)) and _holds_not_finite(x)) for x in values)

@@ -4,7 +4,6 @@ of Holm-adjusted pairwise p-values, as a rich table, markdown or JSON."""
 
 from __future__ import annotations
 
-import json
 import math
 
 from ctxbench.parsing import len_label
@@ -62,12 +61,13 @@ def ranking_markdown(rankings) -> str:
 
 
 def ranking_json(rankings) -> str:
-    def clean(x):
-        return None if isinstance(x, float) and math.isnan(x) else x
+    """The rankings as strict JSON: a NaN (the p-value of a method against itself, a value with no
+    units) is ``null`` with a ``null_reasons`` entry, never the bare ``NaN`` other parsers refuse."""
+    from ctxbench.report.formats import strict_json
 
     out = [dict(title=_title(r), model=r.model, task=r.task, variant=r.variant, factor=r.factor, length=r.length,
                 metric=r.metric, alpha=r.alpha, n=r.n, unit=r.unit, labels=list(r.labels), values=list(r.values),
                 letters=list(r.letters), separated=[list(x) for x in r.separated],
-                p_holm=[[clean(p) for p in row] for row in r.p_holm], delta=[list(x) for x in r.delta])
+                p_holm=[list(row) for row in r.p_holm], delta=[list(x) for x in r.delta])
            for r in rankings]  # fmt: skip
-    return json.dumps(out, indent=1) + "\n"
+    return strict_json(out, {"p_holm": "a method is not tested against itself (the diagonal)"})
