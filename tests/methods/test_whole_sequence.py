@@ -196,11 +196,11 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 BF16_NLL = 1e-3  # nats per token: the new path against the block path in bf16
 
 
-def gpu_llama():
-    """The 2-layer model of test_patching with head dim 64 (what CUDA's kernels are tuned for)."""
+def gpu_llama(layers: int = 2):
+    """The model of test_patching with head dim 64 (what CUDA's kernels are tuned for)."""
     from test_patching import LlamaConfig, LlamaForCausalLM, _finish
 
-    cfg = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    cfg = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                       vocab_size=258, max_position_embeddings=64, initializer_range=0.1, bos_token_id=None, eos_token_id=None,
                       pad_token_id=None, rope_parameters={"rope_theta": 10000.0, "rope_type": "default"})  # fmt: skip
     return _finish(LlamaForCausalLM, cfg)
@@ -303,7 +303,7 @@ def _cli(argv, workdir, monkeypatch, capsys):
 def test_ctxbench_ppl_on_cuda_runs_every_attention_level_method(dtype, tmp_path, monkeypatch, capsys):
     from ctxbench.results import ResultsFile
 
-    save_with_tokenizer(gpu_llama(), tmp_path / "model")
+    save_with_tokenizer(gpu_llama(layers=3), tmp_path / "model")  # ms-poe's default first layer is 2
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
     methods = ",".join(sorted(name for name, m in METHODS.items() if m.attention))
