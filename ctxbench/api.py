@@ -3,7 +3,7 @@
     import ctxbench
     lm = ctxbench.load_model("smollm2-135m")
     df = ctxbench.run("ppl", lm, method="none,ntk,yarn", factor=2, length="1k,2k", docs=2)
-    df = ctxbench.sweep("tasks/quick.toml", out="quick.csv")   # shards under torchrun like the CLI
+    df = ctxbench.sweep("quick", out="quick.csv")   # a built-in suite by name, or a file; shards under torchrun like the CLI
     df = ctxbench.load_results("results/ppl-smollm2-factor2.csv")
 """
 
@@ -15,7 +15,7 @@ from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
 from ctxbench.results.store import COLUMNS, read_records
 from ctxbench.runner.grid import Job, ModelConfig, execute
 from ctxbench.runner.settings import build_settings, resolve_methods
-from ctxbench.runner.suite import load_suite
+from ctxbench.runner.suite import default_out, load_suite
 from ctxbench.tasks import get
 
 
@@ -53,12 +53,14 @@ def run(
 
 
 def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model=None, show: bool = False):
-    """Run every job of a suite file (model loaded once, or the given one); returns all rows."""
+    """Run every job of a suite (a built-in one by name, e.g. ``"nightly"``, or a file; model loaded
+    once, or the given one); returns all rows. Without ``out``, the suite's own ``out`` (its folder made)."""
 
     spec = load_suite(suite)
     target = model or ModelConfig(model=spec.model, device=spec.device, dtype=spec.dtype, attn=spec.attn,
                                   trust_remote_code=spec.trust_remote_code)  # fmt: skip
-    outcome = execute(list(spec.jobs), target, out if out is not None else spec.out, resume, spec.seed, console=_console(show))
+    own = default_out(spec, make=True)[0] if out is None else None
+    outcome = execute(list(spec.jobs), target, out if out is not None else own, resume, spec.seed, console=_console(show))
     return to_frame(outcome.records)
 
 

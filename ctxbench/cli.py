@@ -250,23 +250,51 @@ def freqs(
 
 @app.command()
 def sweep(
-    suite: str = typer.Argument(..., help="TOML suite file, e.g. tasks/quick.toml"),
+    suite: str = typer.Argument(..., help="a built-in suite's name (see `ctxbench suites`), e.g. quick, or a TOML suite file"),
     out: str | None = typer.Option(None, "--out", "-o", help="results CSV (default: the suite's `out`, else results.csv)"),
     resume: bool = RESUME,
     dry_run: bool = typer.Option(False, "--dry-run", help="print the grid and a rough cost; load nothing"),
     device: str | None = typer.Option(None, "--device", help="override the suite's device"),
 ) -> None:
-    """Every cell of a suite file, model loaded once, resumable."""
+    """Every cell of a suite (a built-in one by name, or a file), model loaded once, resumable."""
     from ctxbench.runner.grid import ModelConfig, execute
-    from ctxbench.runner.suite import load_suite
+    from ctxbench.runner.suite import default_out, load_suite
 
     spec = load_suite(suite)
-    target = out or spec.out or "results.csv"
+    own, folder_exists = default_out(spec, make=not dry_run) if out is None else (None, True)
+    target = out or own or "results.csv"
     config = ModelConfig(model=spec.model, device=device or spec.device, dtype=spec.dtype, attn=spec.attn,
                          trust_remote_code=spec.trust_remote_code)  # fmt: skip
     if dry_run:
         _plan_table(spec.jobs, spec.model, str(suite), target, device or spec.device, spec.dtype)
-    execute(list(spec.jobs), config, target, resume, spec.seed, console=console, dry_run=dry_run)
+        if not folder_exists:  # nothing to check there yet: a run makes the suite's folder
+            console.print(f"[dim]results -> {target} (its folder is made when the suite runs)[/]", highlight=False)
+    execute(list(spec.jobs), config, target if folder_exists else None, resume, spec.seed, console=console, dry_run=dry_run)
+
+
+@app.command()
+def suites(name: str | None = typer.Argument(None, help="a built-in suite to print as TOML (to start a suite file of your own)")) -> None:
+    """The built-in suites, shipped with ctxbench: run one with `ctxbench sweep NAME`."""
+    from rich.table import Table
+
+    from ctxbench.errors import unknown
+    from ctxbench.runner.suite import builtin_suites, describe, load_suite
+
+    found = builtin_suites()
+    if name is not None:
+        if name.removesuffix(".toml") not in found:
+            raise unknown("suite", name, found)
+        sys.stdout.write(found[name.removesuffix(".toml")].read_text())
+        return
+    table = Table(title="built-in suites: ctxbench sweep NAME runs one, ctxbench suites NAME prints it")
+    for col in ("suite", "jobs", "tasks", "methods", "model", "description"):
+        table.add_column(col, justify="right" if col in ("jobs", "methods") else "left")
+    for key, path in found.items():
+        spec = load_suite(path)
+        methods = {m.label for job in spec.jobs for m in job.settings.methods}
+        table.add_row(key, str(len(spec.jobs)), ", ".join(job.task.name for job in spec.jobs), str(len(methods)), spec.model,
+                      describe(spec))  # fmt: skip
+    console.print(table)
 
 
 def _plan_table(jobs, model: str, suite: str, target: str, device: str, dtype: str) -> None:

@@ -1,7 +1,8 @@
 """Suite files: a whole grid in TOML, validated with errors that name the file, the key and the fix.
 
+    description = "Nightly grid"    # optional: one line for ``ctxbench suites``
     model = "smollm2-135m"          # optional: device, dtype, attn, seed, out, trust_remote_code
-    out = "results/nightly.csv"     # default output (``--out`` overrides)
+    out = "results/nightly.csv"     # default output (``--out`` overrides), relative to the working folder
 
     [[methods]]                     # every method of the suite, each with its parameters
     name = "yarn"
@@ -21,17 +22,22 @@ Any registered task (``ctxbench.tasks`` entry point) has its section, with its o
 Values are typed as TOML types them (``trust_remote_code = true``, not ``"no"``; ``seed = 3``, not
 ``"3"``), lists are non-empty, and an entry given twice is an error, as ``--method yarn,yarn`` is:
 all checked before anything loads.
+
+The built-in suites ship inside the package (``ctxbench/suites/*.toml``, ``tasks/*.toml`` in a
+checkout links to them): ``load_suite("nightly")`` reads the built-in one when no file of that name
+exists, from any folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
-from ctxbench.errors import UserError, closest
+from ctxbench.errors import UserError, closest, unknown
 from ctxbench.parsing import check_name_lengths, expand_path, parse_factors, parse_lengths
 from ctxbench.runner.grid import Job
 from ctxbench.runner.settings import (
@@ -50,14 +56,17 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-TOP_KEYS = {"model", "device", "dtype", "attn", "seed", "out", "trust_remote_code", "methods"}
+TOP_KEYS = {"description", "model", "device", "dtype", "attn", "seed", "out", "trust_remote_code", "methods"}
 METHOD_KEYS = {"name", "params", "label"}
 GRID_KEYS = {"factors", "lengths", "methods"}
+SUITES = Path(__file__).resolve().parents[1] / "suites"  # the built-in suites, package data of the wheel
+FORMAT_HINT = "`ctxbench suites quick` prints a built-in suite"  # works after a wheel install, unlike a checkout path
 
 
 @dataclass(frozen=True)
 class Suite:
     path: Path
+    description: str = ""
     model: str = DEFAULT_MODEL
     device: str = "auto"
     dtype: str = "auto"
@@ -99,7 +108,7 @@ def _value(path: Path, where: str, key: str, fn, value):
     except UserError as exc:
         raise _bad(path, f"bad {key} in {where}: {exc.what}", exc.fix) from None
     except (TypeError, ValueError):
-        raise _bad(path, f"bad {key} in {where}: {value!r}", "see the suite format in tasks/quick.toml") from None
+        raise _bad(path, f"bad {key} in {where}: {value!r}", f"see the suite format ({FORMAT_HINT})") from None
 
 
 # ---- top-level keys: each a TOML type, checked before anything loads ---------------------------
@@ -131,6 +140,8 @@ def _top_level(path: Path, data: dict) -> dict:
     the rest non-empty text from their choices; the attention kernel must run on the device."""
 
     out: dict = {}
+    if "description" in data:
+        out["description"] = _text(path, "description", data["description"], "what the suite measures")
     if "model" in data:
         out["model"] = _text(path, "model", data["model"], DEFAULT_MODEL)
     if "out" in data:
@@ -243,13 +254,13 @@ def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
     check_name_lengths(path, "suite file")  # a too-long name: one line, not a stat's traceback
     path = expand_path(path)  # ~ expanded, as every path ctxbench reads
     if not path.is_file():
-        raise UserError(f"suite file '{path}' not found", "give the path of a .toml suite, e.g. tasks/quick.toml")
+        path = builtin_suite(path)
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
-        raise _bad(path, f"not valid TOML ({exc})", "fix the syntax (see tasks/quick.toml)") from None
+        raise _bad(path, f"not valid TOML ({exc})", f"fix the syntax ({FORMAT_HINT})") from None
     except UnicodeDecodeError:
-        raise _bad(path, "not a text file", "give a TOML suite such as tasks/quick.toml") from None
+        raise _bad(path, "not a text file", "give a TOML suite file, or a built-in suite's name (`ctxbench suites` lists them)") from None
     tasks = registry() if tasks is None else tasks
     _check_keys(path, "the top level", data, TOP_KEYS | set(tasks))
     top = _top_level(path, data)
@@ -280,3 +291,60 @@ def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
 def _parser(key: str):
 
     return parse_factors if key == "factors" else parse_lengths
+
+
+# ---- the built-in suites -----------------------------------------------------------------------
+
+def builtin_suites() -> dict[str, Path]:
+    """The built-in suites by name: ``{"nightly": .../ctxbench/suites/nightly.toml, ...}``."""
+    return {p.stem: p for p in sorted(SUITES.glob("*.toml"))}
+
+
+def builtin_suite(name: str | Path) -> Path:
+    """The file of the built-in suite ``name`` (``nightly`` or ``nightly.toml``, no folder), else
+    one error: a path that is missing, or an unknown name with the closest built-in one."""
+
+    suites, text = builtin_suites(), str(name)
+    bare = Path(text).name == text and "/" not in text and os.sep not in text
+    stem = text.removesuffix(".toml")
+    if bare and stem in suites:
+        return suites[stem]
+    if Path(text).is_dir():
+        raise UserError(f"suite '{text}' is a folder", "give a .toml suite file, or a built-in suite's name (`ctxbench suites` lists them)")
+    if bare and not text.endswith(".toml"):
+        if not suites:
+            raise UserError(f"unknown suite '{text}'", f"this install has no built-in suites (none in {SUITES}): reinstall ctxbench, or give a .toml file")
+        bad = unknown("suite", text, suites)
+        raise UserError(bad.what, f"{bad.fix} (`ctxbench suites` lists them), or give the path of a .toml suite file")
+    same = Path(text).stem  # tasks/quick.toml outside a checkout: the built-in quick is there
+    guess = same if same in suites else closest(same, suites)
+    hint = f"did you mean the built-in suite `ctxbench sweep {guess}`? " if guess else ""
+    raise UserError(f"suite file '{text}' not found", f"{hint}give an existing .toml file, or a built-in suite: {', '.join(suites)}")
+
+
+def describe(suite: Suite) -> str:
+    """A suite's one line: its ``description``, else the first line of the comment it starts with."""
+    if suite.description:
+        return suite.description
+    for line in suite.path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            break
+        if line.strip("# \t"):
+            return line.strip("# \t")
+    return ""
+
+
+def default_out(suite: Suite, make: bool) -> tuple[str | None, bool]:
+    """The suite's own ``out`` (relative to the working folder, as ever) and whether its folder
+    exists: a built-in suite's ``results/NAME.csv`` works from any folder because a run (``make``)
+    makes the folder the suite names. A folder typed with ``--out`` is never made (a typo guard)."""
+
+    if suite.out is None:
+        return None, True
+    folder = expand_path(suite.out).parent
+    if make and not folder.exists():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # a file in the way, no permission: the results file's own check says which, in one line
+    return suite.out, folder.is_dir()
