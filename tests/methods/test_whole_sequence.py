@@ -177,6 +177,42 @@ def test_a_branch_stepping_often_or_a_window_without_an_edge_keeps_the_block_par
     assert attention._whole_calls([(i, torch.full((20,), 20))], 20) is None  # lo moves under a fixed hi
 
 
+def covered(calls, n_q, n_k) -> torch.Tensor:
+    """How many calls reach each (query, key): the kernel interface's rule applied to each call's slice."""
+    hits = torch.zeros(n_q, n_k, dtype=torch.int64)
+    for c in calls:
+        (r0, r1), (k0, k1) = c.rows, c.keys
+        r, j = torch.arange(r1 - r0)[:, None], torch.arange(k1 - k0)[None, :]
+        keep = torch.ones(r1 - r0, k1 - k0, dtype=torch.bool)
+        if c.causal_offset is not None:
+            keep &= j <= r + c.causal_offset
+            if c.window_left is not None:
+                keep &= j >= r + c.causal_offset - c.window_left
+        hits[r0:r1, k0:k1] += keep.long()
+    return hits
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_calls_of_any_valid_key_ranges_reach_exactly_those_keys_once(seed):
+    """Random branches (``lo`` and ``hi`` never decreasing, ``hi <= i + 1``; stretches that stay put, move
+    with the query or jump, several jumps in a row included): the calls reach each query's keys
+    ``max(0, lo) <= j < hi`` exactly once and nothing else, or the decomposition declines (None)."""
+    g = torch.Generator().manual_seed(seed)
+    n = 60
+    steps = torch.randint(0, 4, (n,), generator=g)  # per query: 0 stay, 1 move, 2-3 jump
+    hi, lo = [1], [int(torch.randint(-5, 1, (1,), generator=g))]
+    for i in range(1, n):
+        hi.append(min(i + 1, hi[-1] + int(steps[i])) if seed % 2 else i + 1)
+        lo.append(min(hi[-1], lo[-1] + int(torch.randint(0, 4, (1,), generator=g))) if seed % 3 else lo[-1] + (i % 7 == 0) * 5)
+    lo_t, hi_t = torch.tensor(lo), torch.tensor(hi)
+    want = (torch.arange(n)[None, :] >= lo_t[:, None]) & (torch.arange(n)[None, :] < hi_t[:, None])
+    calls = attention._whole_calls([(lo_t, hi_t)], n)
+    if calls is None:
+        assert any(lo[i + 1] - lo[i] == 1 and hi[i + 1] == hi[i] for i in range(n - 1))  # declined only for that
+        return
+    assert torch.equal(covered(calls, n, n), want.long())
+
+
 @pytest.mark.parametrize("whole,names", [(False, {"rerope": "block-cpu-flash", "dca": "block-cpu-flash", "ms-poe": "sdpa", "none": "sdpa"}),
                                          (True, {"rerope": "whole-math", "dca": "whole-math", "ms-poe": "sdpa", "none": "sdpa"})])  # fmt: skip
 def test_the_attention_kernel_that_ran_reaches_each_row(tiny_lm, corpus_dir, whole, names, monkeypatch):
