@@ -116,13 +116,26 @@ def _run_task_command(task, values: dict) -> None:
                          trust_remote_code=values["trust_remote_code"], device_map=values["device_map"],
                          quantization=values["quantization"])  # fmt: skip
     out = values["out"]
-    execute([Job(task, settings)], config, out, values["resume"], values["seed"], console=console, dry_run=values["dry_run"])
+    outcome = execute([Job(task, settings)], config, out, values["resume"], values["seed"], console=console, dry_run=values["dry_run"])
     if values["plot"] and not values["dry_run"]:
         from ctxbench.results.store import read_records
         from ctxbench.tasks.plots import write_plots
 
         for path in write_plots(read_records(out), values["plot"]):
             console.print(f"plot: {path}")
+    _exit_if_failed(outcome)
+
+
+def _exit_if_failed(outcome) -> None:
+    """A run with failed cells (out of memory, a NaN or inf result) exits 1 with one line saying which
+    and why: a script or CI job must not read a grid with holes as a success. Its rows are in the
+    file with that status, and the same command runs them again."""
+    if outcome.failed:
+        first = outcome.failures[0] if outcome.failures else "see the status column of the results"
+        more = f" (and {outcome.failed - 1} more)" if outcome.failed > 1 else ""
+        err.print(f"failed: {outcome.failed} cell(s): {first}{more} — their rows say so, and the same command runs them again",
+                  markup=False)  # fmt: skip
+        raise typer.Exit(1)
 
 
 def _with_aliases(option, values: dict):
@@ -266,10 +279,14 @@ def sweep(
     config = ModelConfig(model=spec.model, device=device or spec.device, dtype=spec.dtype, attn=spec.attn,
                          trust_remote_code=spec.trust_remote_code)  # fmt: skip
     if dry_run:
+        from ctxbench.runner.settings import check_methods_on_model
+
+        check_methods_on_model(spec.jobs, spec.model, spec.trust_remote_code)  # what the run refuses, before its plan
         _plan_table(spec.jobs, spec.model, str(suite), target, device or spec.device, spec.dtype)
         if not folder_exists:  # nothing to check there yet: a run makes the suite's folder
             console.print(f"[dim]results -> {target} (its folder is made when the suite runs)[/]", highlight=False)
-    execute(list(spec.jobs), config, target if folder_exists else None, resume, spec.seed, console=console, dry_run=dry_run)
+    _exit_if_failed(execute(list(spec.jobs), config, target if folder_exists else None, resume, spec.seed, console=console,
+                            dry_run=dry_run))  # fmt: skip
 
 
 @app.command()

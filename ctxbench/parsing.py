@@ -14,6 +14,9 @@ _LENGTH = re.compile(r"^(\d+)([kKmM]?)$")
 # The longest length ctxbench takes, 16m tokens: past every released model's context (10m at the
 # most), and a number a typo makes (4000k for 4k) is refused at once instead of planned or allocated.
 MOST_LENGTH = 2**24
+# The largest scale factor, 2^24: s*L passes MOST_LENGTH for every trained length L >= 1, so a larger
+# factor (a typo, 1e308) means nothing and is refused before any formula overflows with it.
+MOST_FACTOR = 2**24
 
 
 def parse_length(text: str, what: str = "length") -> int:
@@ -69,16 +72,22 @@ def parse_lengths(text) -> list[int]:
 
 
 def parse_factor(text) -> float:
-    """A scale factor: a number >= 1."""
+    """A scale factor: a finite number from 1 to :data:`MOST_FACTOR`."""
     try:
         value = float(text)
     except (TypeError, ValueError):
         raise UserError(f"bad factor '{text}': not a number", "use a number >= 1 such as 2 or 4") from None
-    if not value >= 1.0 or value != value or value == float("inf"):
+    if value != value or value in (float("inf"), float("-inf")):
+        raise UserError(f"bad factor '{text}': it is not a finite number", "use a number >= 1 such as 2 or 4")
+    if not value >= 1.0:
         raise UserError(
             f"bad factor '{text}': it must be >= 1",
             "a factor s stretches the trained context L to s*L; use 1 for none, 2, 4, ...",
         )
+    if value > MOST_FACTOR:
+        raise UserError(f"bad factor '{text}': it must be <= {MOST_FACTOR:,} (2^24)",
+                        "a factor s stretches the trained context L to s*L, and past that even L = 1 passes the longest "
+                        "length ctxbench takes (16m); use e.g. 2, 4 or 8")  # fmt: skip
     return value
 
 

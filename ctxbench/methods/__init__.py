@@ -150,6 +150,7 @@ from ctxbench.methods.setting import (  # noqa: F401
     MethodSetting,
     attention_branches,
     check_applicable,
+    check_derived,
     combinations_hint,
     default_label,
     effective_params,

@@ -25,9 +25,9 @@ from __future__ import annotations
 import json
 
 from ctxbench.errors import UserError, unknown
-from ctxbench.methods import METHODS, check_applicable, effective_params, exportable, resolve
+from ctxbench.methods import METHODS, check_applicable, check_derived, effective_params, exportable, resolve
 from ctxbench.model.geometry import RopeGeometry
-from ctxbench.parsing import parse_factor, parse_length
+from ctxbench.parsing import MOST_LENGTH, parse_factor, parse_length
 
 SERVING_ENGINES = ("transformers", "vllm", "llamacpp")  # the fields of methods.Exports
 ENGINES = (*SERVING_ENGINES, "json")
@@ -158,14 +158,17 @@ def export_settings(method: str, factor, to: str, model: str | None = None, head
             f"model type '{geom.model_type}' has no RoPE ({geom.position} positions): there are no rope settings to export",
             "serve it unchanged",
         )
+    reason = None if engine == "json" else setting.export_refusal(engine)
+    if reason is not None:  # what the engine cannot express at all comes first
+        raise _cannot(engine, setting, reason)
+    # the numbers the engine would compute from these settings are finite and sensible (a factor of
+    # 1e200 wrote max_position_embeddings of 201 digits; a huge base, OverflowError), at s*L
+    check_derived(setting, geom, s, [min(MOST_LENGTH, max(1, round(s * geom.trained_len)))])
     if engine == "json":
         return {
             "method": setting.name, "factor": s, "method_params": effective_params(setting, geom, s),
             "geometry": {"head_dim": geom.head_dim, "rotary_dim": geom.rotary_dim, "base": geom.base, "trained_len": geom.trained_len},
         }  # fmt: skip
-    reason = setting.export_refusal(engine)
-    if reason is not None:
-        raise _cannot(engine, setting, reason)
     return {"transformers": _transformers, "vllm": _vllm, "llamacpp": _llamacpp}[engine](setting, geom, s)
 
 
@@ -179,10 +182,20 @@ def export(method: str, factor, to: str, model: str | None = None, head_dim: int
     if engine == "llamacpp":
         return " ".join(out)
     if engine == "vllm":
-        overrides = json.dumps(out["hf_overrides"], separators=(",", ":"))
+        overrides = _json(out["hf_overrides"], separators=(",", ":"))
         text = f"--hf-overrides '{overrides}' --max-model-len {out['max_model_len']}"
         if out.get("env") or out.get("flags"):  # the whole command: the environment goes before it
             env = " ".join(f"{k}={v}" for k, v in out.get("env", {}).items())
             text = f"{env} vllm serve {model or 'MODEL'} {text} {' '.join(out.get('flags', []))}".strip()
         return text
-    return json.dumps(out, indent=2)
+    return _json(out, indent=2)
+
+
+def _json(value, **kw) -> str:
+    """Strict JSON, as engines parse it: ``Infinity`` and ``NaN`` are not JSON, so a value that is not
+    finite is refused (``check_derived`` refuses the settings that would make one before this)."""
+    try:
+        return json.dumps(value, allow_nan=False, **kw)
+    except ValueError:
+        raise UserError("the export would hold a number that is not finite (inf or NaN), which is not JSON",
+                        "use values inside each parameter's range (see `ctxbench methods`) and a smaller factor") from None

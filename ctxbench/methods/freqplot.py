@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 from ctxbench.errors import UserError
-from ctxbench.methods import frequencies, numpy_namespace, resolve
+from ctxbench.methods import check_derived, frequencies, numpy_namespace, resolve
 from ctxbench.methods.grid import resolve_methods
 from ctxbench.model.geometry import RopeGeometry
 
@@ -49,6 +49,8 @@ def freq_rows(
         seq_len = max(1, round(factor * geometry.trained_len))
 
     settings = resolve_methods(methods, params)  # a list value is a grid: one entry per setting
+    for setting in settings:  # what each computes here is finite and sensible, or one error naming the value
+        check_derived(setting, geometry, factor, [seq_len])
     original = frequencies(resolve("none"), geometry, 1.0, seq_len, xp=xp)[0].tolist()
     rows = []
     for setting in settings:

@@ -13,13 +13,31 @@ from pathlib import Path
 from typing import Any
 
 from ctxbench.errors import UserError, closest
-from ctxbench.parsing import parse_length
+from ctxbench.parsing import MOST_FACTOR, MOST_LENGTH, parse_length
 
 Array = Any  # a float32 array of the namespace ``xp``: a torch tensor, or NumPy in ``ctxbench freqs``
 FreqFn = Callable[..., tuple["Array", float]]  # fn(geom, factor, seq_len, *, xp, **params)
 
-
-
+# The finite ends of the declared ranges, each a number that means something for what the parameter
+# counts, so that no value inside a declared range overflows a formula (``1e308`` rotations did):
+# * rotations of a pair in L (YaRN's betas, ntk-by-parts' alpha and beta, Llama 3's frequency
+#   factors): a pair turns at most L/(2 pi) times in L, 2.7 million at the longest length ctxbench
+#   takes (16m tokens); 1e6 is far past every published value (YaRN: 32; Llama 3.1: 4).
+MOST_ROTATIONS = 1e6
+# * a factor that multiplies cos and sin (yarn's and LongRoPE's attention_factor): logits are
+#   multiplied by its square; YaRN's own 0.1 ln(s) + 1 is 2.7 at the largest factor.
+MOST_ATTENTION_FACTOR = 10.0
+# * a rope base: the slowest pair of a base of 1e12 turns once in about 6e12 tokens, a million
+#   times the longest length; published bases reach 1e9.
+MOST_BASE = 1e12
+# * a ratio that stretches positions as a factor does (ntk-alpha's alpha, leaky-rerope's k,
+#   self-extend's group, Ms-PoE's ratios): at most MOST_FACTOR, as the factor itself.
+# * a length in tokens (windows, chunk sizes, floor_scale): at most MOST_LENGTH, as every length.
+# * an exponent of the pair index (ntk-mixed's b): (d/2)^b must stay finite in float32 for heads of
+#   up to 4096 dims; 1 is fixed NTK scaling, Su's suggestion 0.625.
+MOST_MIXED_B = 10.0
+# * a layer index: more layers than any model has (Llama 3.1 405B: 126).
+MOST_LAYER = 1023
 
 
 KINDS = ("float", "int", "length", "bool", "choice", "factors")
@@ -62,22 +80,32 @@ class Param:
     def type_text(self, with_auto: bool = True) -> str:
         """What values it takes: ``a number > 0``, ``a whole number >= 1``, ``true or false``...
         (``, or auto`` added where the method derives it, unless ``with_auto`` is False)."""
-        bound = ""
+        bounds = []
         if self.low is not None:
-            bound = f" {'>=' if self.low_inclusive else '>'} {format_value(self.low)}"
-        if self.high is not None:
-            bound += f"{' and' if bound else ''} <= {format_value(self.high)}"
+            bounds.append(f"{'>=' if self.low_inclusive else '>'} {format_value(self.low)}")
         if self.greater_than:
-            bound += f" and > {self.greater_than}" if bound else f" > {self.greater_than}"
+            bounds.append(f"> {self.greater_than}")
+        if self.high is not None:
+            bounds.append(f"<= {self.bound_text(self.high)}")
+        bound = (" " + " and ".join(bounds)) if bounds else ""
         text = {
             "float": f"a number{bound}",
             "int": f"a whole number{bound}",
             "length": f"a length in tokens{bound} (e.g. 512 or 2k)",
             "bool": "true or false",
             "choice": f"one of: {', '.join(self.choices)}",
-            "factors": "a list of numbers > 0, one per rotary pair, or a JSON file of them",
+            "factors": f"a list of numbers > 0 and <= {MOST_FACTOR}, one per rotary pair, or a JSON file of them",
         }[self.kind]
         return text + (", or auto" if self.auto and with_auto else "")
+
+    def bound_text(self, x) -> str:
+        """A bound as messages show it, in a form the parameter takes back: ``16m`` for a length,
+        ``1e+06``, ``16777216`` (never a rounded ``1.67772e+07`` that would not be the bound)."""
+        if self.kind == "length" and x >= 2**20 and x % 2**20 == 0:
+            return f"{int(x) // 2**20}m"
+        if isinstance(x, float) and x.is_integer() and float(f"{x:g}") == x and abs(x) >= 1e6:
+            return f"{x:g}"
+        return format_value(x)
 
     def shown_default(self) -> str:
         """The default as ``ctxbench methods`` shows it: ``32``, ``true``, ``auto`` or ``required``."""
@@ -137,7 +165,7 @@ def _bounded(p: Param, x):
     if p.low is not None and not (x >= p.low if p.low_inclusive else x > p.low):
         raise ValueError(f"must be {'>=' if p.low_inclusive else '>'} {format_value(p.low)}")
     if p.high is not None and not x <= p.high:
-        raise ValueError(f"must be <= {format_value(p.high)}")
+        raise ValueError(f"must be <= {p.bound_text(p.high)}")
     return x
 
 
@@ -161,8 +189,8 @@ def _check_length(p: Param, value):
     if isinstance(value, str) and value.strip():
         try:
             value = parse_length(value)
-        except UserError:
-            raise ValueError("is not a length") from None
+        except UserError as exc:  # "bad length ..." is not a length; "... above the longest" is one, too long
+            raise ValueError("is not a length" if exc.what.startswith("bad ") else f"must be <= {p.bound_text(p.high or MOST_LENGTH)}") from None
     return _check_int(p, value)
 
 
@@ -194,22 +222,25 @@ _CHECKS = {"float": _check_float, "int": _check_int, "length": _check_length, "b
 
 # Parameters several methods share, declared once.
 BETA_FAST = Param("beta_fast", 32.0, "float", "rotations in L above which a pair is kept, not interpolated",
-                  low=0, low_inclusive=False, greater_than="beta_slow")  # fmt: skip
-BETA_SLOW = Param("beta_slow", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, low_inclusive=False)
-WINDOW = Param("window", None, "length", "neighbours within w tokens keep exact positions; auto: L/4", low=1, example="1k")
+                  low=0, low_inclusive=False, high=MOST_ROTATIONS, greater_than="beta_slow")  # fmt: skip
+BETA_SLOW = Param("beta_slow", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, low_inclusive=False,
+                  high=MOST_ROTATIONS)  # fmt: skip
+WINDOW = Param("window", None, "length", "neighbours within w tokens keep exact positions; auto: L/4", low=1, high=MOST_LENGTH,
+               example="1k")  # fmt: skip
+# ssmax's strength: Llama 4 ships 0.1; at 1 the query 16m tokens in is already scaled by 1 + ln(1 + 2^24), 17.6.
 ATTN_SCALE = Param("attn_scale", 0.1, "float", "strength: the query at p is scaled by 1 + attn_scale*ln(1+floor((p+1)/floor_scale))",
-                   low=0)
+                   low=0, high=1)
 FLOOR_SCALE = Param("floor_scale", 8192, "length", "tokens per step of the query scale (Llama 4: 8192, whatever L)", low=1,
-                    example="8k")
+                    high=MOST_LENGTH, example="8k")
 STRING_WINDOW = Param("window", None, "length", "S (the authors' shifted_offset): pairs at i - j < S keep exact positions, "
-                      "farther ones move down by S - W; auto: int(0.33*L)", low=1, example="1k")  # fmt: skip
+                      "farther ones move down by S - W; auto: int(0.33*L)", low=1, high=MOST_LENGTH, example="1k")  # fmt: skip
 STRING_LOCAL = Param("local_value", None, "length", "W: the relative position the farthest-shifted pairs start at (the authors' "
-                     "local_value; 128, 256 or 512 suggested); auto: 128, at most S/2", low=0, example=128)  # fmt: skip
+                     "local_value; 128, 256 or 512 suggested); auto: 128, at most S/2", low=0, high=MOST_LENGTH, example=128)  # fmt: skip
 DCA_CHUNK = Param("chunk_size", None, "length", "the authors' chunk_size: chunks hold chunk_size - local_window tokens and "
-                  "no relative position exceeds chunk_size; auto: 3L/4", low=1, example="3k")  # fmt: skip
+                  "no relative position exceeds chunk_size; auto: 3L/4", low=1, high=MOST_LENGTH, example="3k")  # fmt: skip
 DCA_LOCAL = Param("local_window", None, "length", "the authors' local_window (vLLM's local_size): the first local_window + 1 "
                   "queries of a chunk see the previous chunk at their true distance; auto: L/8, at most chunk_size/2", low=0,
-                  example=512)  # fmt: skip
+                  high=MOST_LENGTH, example=512)  # fmt: skip
 LONGROPE_FACTORS = Param("factors", None, "factors", "LongRoPE's searched per-pair factors; auto: the model config's",
                          example="factors.json")  # fmt: skip
 
@@ -257,7 +288,7 @@ def _factor_list(values, where: str) -> list[float]:
         raise ValueError(f"has no list of numbers{where}")
     if not values:
         raise ValueError(f"has an empty list{where}" if where else "is empty")
-    for x in values:
-        if not _is_number(x) or not math.isfinite(x) or x <= 0:
-            raise ValueError(f"has {show_value(x)}{where}, not a number > 0")
+    for x in values:  # each divides its pair's frequency as a factor would: at most MOST_FACTOR
+        if not _is_number(x) or not math.isfinite(x) or x <= 0 or x > MOST_FACTOR:
+            raise ValueError(f"has {show_value(x)}{where}, not a number > 0 and <= {MOST_FACTOR}")
     return [float(x) for x in values]

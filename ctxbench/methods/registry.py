@@ -82,6 +82,11 @@ from ctxbench.methods.params import (
     DCA_LOCAL,
     FLOOR_SCALE,
     LONGROPE_FACTORS,
+    MOST_ATTENTION_FACTOR,
+    MOST_BASE,
+    MOST_LAYER,
+    MOST_MIXED_B,
+    MOST_ROTATIONS,
     STRING_LOCAL,
     STRING_WINDOW,
     WINDOW,
@@ -90,6 +95,7 @@ from ctxbench.methods.params import (
     Param,
 )
 from ctxbench.model.geometry import RopeGeometry
+from ctxbench.parsing import MOST_FACTOR
 
 
 @dataclass(frozen=True, eq=False)  # registry entries are singletons: identity equality and hash
@@ -164,9 +170,9 @@ METHODS: dict[str, Method] = {
     "ntk-by-parts": Method(
         "ntk-by-parts", ntk_by_parts_freqs, "(1-g)*theta/s + g*theta, g=clamp((L/lambda-alpha)/(beta-alpha),0,1)",
         "YaRN paper sec. 3.2, arXiv 2309.00071", declared=(
-            Param("alpha", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0),
+            Param("alpha", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, high=MOST_ROTATIONS),
             Param("beta", 32.0, "float", "rotations in L above which a pair is kept", low=0, low_inclusive=False,
-                  greater_than="alpha"),
+                  high=MOST_ROTATIONS, greater_than="alpha"),
         ),
         exports=Exports.refused("its ramp is linear in L/lambda (the YaRN paper), not in the pair index as every engine's yarn"),
     ),  # fmt: skip
@@ -176,7 +182,7 @@ METHODS: dict[str, Method] = {
             BETA_FAST, BETA_SLOW,
             Param("truncate", True, "bool", "round the ramp's ends to whole pairs, as the YaRN paper and llama.cpp do"),
             Param("attention_factor", None, "float", "multiplies cos and sin; auto: 0.1*ln(s)+1", low=0, low_inclusive=False,
-                  example=1.0),
+                  high=MOST_ATTENTION_FACTOR, example=1.0),
         ),
         exports=Exports(yarn_rope, yarn_vllm, yarn_flags),
     ),  # fmt: skip
@@ -188,9 +194,10 @@ METHODS: dict[str, Method] = {
     "llama3": Method(
         "llama3", llama3_freqs, "lambda > L/lo: theta/s; lambda < L/hi: theta; smooth between",
         "Llama 3.1, arXiv 2407.21783", declared=(
-            Param("low_freq_factor", 1.0, "float", "wavelengths above L/low_freq_factor are divided by s", low=0, low_inclusive=False),
+            Param("low_freq_factor", 1.0, "float", "wavelengths above L/low_freq_factor are divided by s", low=0, low_inclusive=False,
+                  high=MOST_ROTATIONS),
             Param("high_freq_factor", 4.0, "float", "wavelengths below L/high_freq_factor are kept", low=0, low_inclusive=False,
-                  greater_than="low_freq_factor"),
+                  high=MOST_ROTATIONS, greater_than="low_freq_factor"),
         ),
         exports=Exports(llama3_rope, same_in_vllm,
                         "llama.cpp applies Llama 3.1 scaling from the GGUF file's rope_freqs tensor, written at conversion, not from flags"),
@@ -200,7 +207,7 @@ METHODS: dict[str, Method] = {
         "LongRoPE, arXiv 2402.13753", declared=(
             LONGROPE_FACTORS,
             Param("attention_factor", None, "float", "multiplies cos and sin; auto: sqrt(1+ln(s)/ln(L))", low=0,
-                  low_inclusive=False, example=1.0),
+                  low_inclusive=False, high=MOST_ATTENTION_FACTOR, example=1.0),
         ), dynamic=True, check=longrope_check,
         exports=Exports(longrope_rope, same_in_vllm,
                         "llama.cpp applies LongRoPE from the GGUF file's rope factor tensors, written at conversion, not from flags"),
@@ -208,14 +215,14 @@ METHODS: dict[str, Method] = {
     "theta": Method(
         "theta", theta_freqs, "base replaced by theta", "ABF, Code Llama arXiv 2308.12950",
         declared=(Param("theta", None, "float", "the new rope base b; Code Llama used 1e6", low=1, low_inclusive=False,
-                        required=True, example=1000000),),
+                        high=MOST_BASE, required=True, example=1000000),),
         uses_factor=False, exports=rebased(_base_of_theta),
     ),  # fmt: skip
     "ntk-mixed": Method(
         "ntk-mixed", ntk_mixed_freqs, "theta_i / exp(a*m^b), m=i+1, a=ln(s)/(d/2)^b",
         "NTK-RoPE-mixed (Su 2023, kexue.fm/archives/9706); vLLM 'ntk' with mixed_b",
         declared=(Param("mixed_b", None, "float", "exponent b of lambda_m = exp(a*m^b); b=1 is fixed NTK scaling",
-                        low=0, low_inclusive=False, required=True, example=0.625),),
+                        low=0, low_inclusive=False, high=MOST_MIXED_B, required=True, example=0.625),),
         exports=Exports(
             "transformers has no rope type with NTK-RoPE-mixed's per-pair factors exp(a*m^b)",
             same_in_vllm, "llama.cpp has no per-pair NTK-RoPE-mixed factors", fields=ntk_mixed_fields,
@@ -238,7 +245,7 @@ METHODS: dict[str, Method] = {
         "ntk-alpha", ntk_alpha_freqs, "base b*alpha^(d/(d-2)) (alpha given, not s)",
         "Hunyuan dynamic NTK alpha; vLLM DynamicNTKAlphaRotaryEmbedding",
         declared=(Param("scaling_alpha", None, "float", "NTK ratio alpha (Hunyuan's rope_scaling alpha); the factor is not used",
-                        low=1, required=True, example=1000),),
+                        low=1, high=MOST_FACTOR, required=True, example=1000),),
         uses_factor=False, exports=rebased(_base_of_ntk_alpha),
     ),  # fmt: skip
     "native": Method(
@@ -268,13 +275,13 @@ METHODS: dict[str, Method] = {
     "leaky-rerope": Method(
         "leaky-rerope", None, "p -> p if p < w else w + (p-w)/k", "Leaky ReRoPE (Su, 2023)",
         declared=(WINDOW, Param("k", None, "float", "slope 1/k beyond the window; auto: the least k that keeps s*L within L",
-                                low=1, example=2)),
+                                low=1, high=MOST_FACTOR, example=2)),
         attention=True, far=leaky_rerope_far, derive=leaky_rerope_params, exports=Exports.refused(ATTENTION_REFUSAL),
     ),  # fmt: skip
     "self-extend": Method(
         "self-extend", None, "p < w: p; else q//G + w - w//G - k//G", "Self-Extend, arXiv 2401.01325",
         declared=(WINDOW, Param("group", None, "int", "G far positions share one; auto: the least G that keeps s*L within L",
-                                low=1, example=4)),
+                                low=1, high=MOST_FACTOR, example=4)),
         attention=True, far=self_extend_far, derive=self_extend_params, exports=Exports.refused(ATTENTION_REFUSAL),
     ),  # fmt: skip
     "string": Method(
@@ -296,11 +303,11 @@ METHODS: dict[str, Method] = {
         "Ms-PoE, arXiv 2403.04797 (VITA-Group/Ms-PoE)",
         declared=(
             Param("ratio_min", MSPOE_RATIO_MIN, "float", "the smallest ratio a head divides positions by (the authors' "
-                  "compress_ratio_min)", low=1),
+                  "compress_ratio_min)", low=1, high=MOST_FACTOR),
             Param("ratio_max", MSPOE_RATIO_MAX, "float", "ratios run from ratio_min towards ratio_max in H equal steps, "
-                  "r_k = min + (max-min) k/H (the authors' compress_ratio_max)", low=1, greater_than="ratio_min"),
+                  "r_k = min + (max-min) k/H (the authors' compress_ratio_max)", low=1, high=MOST_FACTOR, greater_than="ratio_min"),
             Param("first_layer", MSPOE_FIRST_LAYER, "int", "layers from this one on use Ms-PoE, earlier ones plain RoPE "
-                  "(the authors' apply_layers 2..31 of 32)", low=0),
+                  "(the authors' apply_layers 2..31 of 32)", low=0, high=MOST_LAYER),
             Param("head_order", "outlier", "choice", "which head takes which ratio: outlier (by the share of keys above "
                   "3x the mean weight at the input's last query) or reversed (head h takes index H-1-h; the authors' "
                   "head_type normal)", choices=("outlier", "reversed")),

@@ -5,12 +5,13 @@ and the functions the rest of ctxbench calls (frequencies, query scales, branche
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from functools import partial
 
 from ctxbench.errors import UserError, closest, unknown
 from ctxbench.methods.branches import Branch, far_keys, near_keys, plain_positions
-from ctxbench.methods.frequencies import torch_namespace
+from ctxbench.methods.frequencies import numpy_namespace, torch_namespace
 from ctxbench.methods.params import Array, Param, format_value, show_value
 from ctxbench.methods.registry import ALIASES, BASELINES, METHODS, TWO_BRANCH, Method
 from ctxbench.model.geometry import RopeGeometry
@@ -366,3 +367,152 @@ def check_applicable(setting: MethodSetting, geom: RopeGeometry, seq_len: int | 
             f"length {seq_len} is past the learned position table of model type '{geom.model_type}' ({geom.max_positions} positions)",
             f"use lengths up to {geom.max_positions} with this model",
         )
+
+
+# ---- the numbers a method computes, checked before any model loads ------------------------------
+
+
+def check_derived(
+    setting: MethodSetting, geom: RopeGeometry, factor: float | None, lengths=(), num_layers: int | None = None
+) -> dict:
+    """Every parameter ``setting`` uses on this model at ``factor`` (:func:`effective_params`), once
+    the numbers it computes from them are shown to be sensible; else one :class:`UserError`.
+
+    Each value passed its declared range, but a range cannot know the model: what overflows is the
+    value combined with the base, the rotary dim and the trained length (``ntk`` at a huge factor
+    raised ``OverflowError``; ``linear`` divided every frequency to 0, nothing left to rotate; a tiny
+    ``beta_slow`` made YaRN's ramp infinite). So the values themselves are computed here, with NumPy
+    in float32 as a run computes them with torch, at the trained length and at each of ``lengths``:
+    the inverse frequencies must be finite, >= 0 and not all 0, the attention scale's square (the
+    logits' factor) a finite float32 > 0, the query scale finite and > 0, and ``s*L`` no longer than
+    the longest length ctxbench takes. The rules between parameters that need the model run too
+    (the derived defaults' ``dca`` ``local_window < chunk_size``, ``string`` ``local_value <= window``;
+    with ``num_layers``, the layers a method runs on, ``ms-poe``'s ``first_layer``). The CLI, suites,
+    the API, ``freqs`` and ``export`` all call this one check before a model loads, and the run
+    again on the loaded model, so ``--dry-run`` refuses what the run refuses, in the same words.
+
+    The error names the value to blame and the range that works on this model, found by trying
+    each value the user gave (and the factor) at its default: the first whose default clears the
+    problem is bisected between the two to the edge of what works."""
+    factor = 1.0 if factor is None else float(factor)
+    params = effective_params(setting, geom, factor)
+    lengths = sorted({int(n) for n in lengths} | {geom.trained_len})
+    problem = _derived_problem(setting, geom, factor, lengths)
+    if problem is not None:
+        raise _blame(setting, geom, factor, lengths, problem)
+    if num_layers is not None:
+        method_layers(setting, params, num_layers)
+    return params
+
+
+def _reads_input(part: Method) -> bool:
+    """A frequency method whose numbers depend on what the user gives (its parameters or the factor);
+    the others (``none``, ``native``) give the model's own frequencies, which its config vouches for."""
+    return bool(part.declared) or part.uses_factor
+
+
+def _derived_problem(setting: MethodSetting, geom: RopeGeometry, factor: float, lengths: list[int]) -> str | None:
+    """What is wrong with the numbers ``setting`` computes (None: nothing)."""
+    import numpy as np
+
+    from ctxbench.parsing import MOST_LENGTH
+
+    if setting.uses_factor and factor * geom.trained_len > MOST_LENGTH:
+        return (f"stretches the trained length L = {geom.trained_len:,} to s*L = {factor * geom.trained_len:,.0f} tokens, "
+                f"past the longest length ctxbench takes (16m = {MOST_LENGTH:,})")  # fmt: skip
+    if not geom.has_rope:
+        return None
+    xp = numpy_namespace()
+    dynamic = setting.dynamic_for(geom)
+    with np.errstate(all="ignore"):  # an overflow is a finding here, not a warning on stderr
+        try:
+            plain = np.asarray(METHODS["none"].fn(geom, 1.0, geom.trained_len, xp=xp)[0], dtype=np.float32)
+            if not (np.isfinite(plain).all() and (plain > 0).all()):  # the model's own: every method starts there
+                return (f"cannot be computed in float32: the rope base b = {geom.base:g} leaves pairs at frequency 0 "
+                        "(float32 ends at 3.4e38)")  # fmt: skip
+            if _reads_input(setting.freq):
+                for n in lengths if dynamic else lengths[:1]:
+                    inv_freq, scale = setting.freq.fn(geom, factor, n, xp=xp, **setting.freq_params())
+                    inv_freq = np.asarray(inv_freq, dtype=np.float32)
+                    if not np.isfinite(inv_freq).all():
+                        return "gives inverse frequencies that are not finite (inf or NaN)"
+                    if (inv_freq < 0).any():
+                        return "gives negative inverse frequencies"
+                    if not (inv_freq > 0).any():
+                        return "leaves nothing to rotate: every inverse frequency is 0 in float32"
+                    squared = np.float32(scale) ** 2
+                    if not (math.isfinite(scale) and np.isfinite(squared) and squared > 0):
+                        return f"gives the attention scale {scale:g}, whose square (the factor of every logit) is not a finite float32 > 0"
+            if setting.query_scaler is not None:
+                last = np.asarray([0, max(lengths) - 1], dtype=np.int64)
+                q = np.asarray(query_scale(setting, geom, last, xp=xp), dtype=np.float32)
+                if not (np.isfinite(q).all() and (q > 0).all()):
+                    return f"gives the query at position {max(lengths) - 1:,} the scale {float(q[-1]):g}, not a finite number > 0"
+        except (OverflowError, ValueError, ZeroDivisionError, FloatingPointError) as exc:
+            return f"cannot be computed: {type(exc).__name__} ({exc})"
+        except UserError:  # it needs what this model lacks (longrope's factors): its own error comes where it runs
+            return None
+    return None
+
+
+def _with(setting: MethodSetting, name: str, value) -> MethodSetting:
+    return replace(setting, params=tuple(sorted({**setting.param_dict, name: value}.items())), label=setting.label)
+
+
+def _blame(setting: MethodSetting, geom: RopeGeometry, factor: float, lengths: list[int], problem: str) -> UserError:
+    """The :class:`UserError` for a ``problem`` of the derived numbers: the value to blame and the
+    range of it that works here. Each numeric value the user gave (the factor among them, where the
+    method reads it) is tried at its default (its example, for a required one); the first whose
+    default clears the problem is blamed, and the edge of what works is found by bisection between
+    the two (on a log scale: the ranges span many orders of magnitude)."""
+    from ctxbench.defaults import DEFAULT_FACTOR
+
+    model = f"d = {geom.rotary_dim}, b = {geom.base:g}, L = {geom.trained_len:,}"
+    declared = setting.declarations()
+    candidates = []
+    if setting.uses_factor and factor != DEFAULT_FACTOR:
+        candidates.append(("factor", factor, float(DEFAULT_FACTOR), None))
+    for name, value in setting.params:
+        p = declared[name]
+        good = p.default if p.default is not None else p.example
+        if p.kind in ("float", "int", "length") and value is not None and good is not None and not isinstance(good, str):
+            if float(value) != float(good):
+                candidates.append((name, float(value), float(good), p))
+    for name, bad, good, p in candidates:
+        def works(x, name=name, p=p) -> bool:
+            x = round(x) if p is not None and p.kind != "float" else x
+            if name == "factor":
+                return _derived_problem(setting, geom, x, lengths) is None
+            return _derived_problem(_with(setting, name, x), geom, factor, lengths) is None
+
+        if not works(good):
+            continue
+        edge = _edge(works, good, bad)
+        edge = round(edge) if p is not None and p.kind != "float" else edge
+        works_where = f"up to about {edge:.4g}" if bad > good else f"from about {edge:.4g} up"
+        shown = format_value(good if p is None else p.check(good, setting.label))
+        if name == "factor":  # the largest power of two that works reads better than the default
+            nice = 2.0 ** math.floor(math.log2(edge * (1 + 1e-9))) if bad > good else good
+            shown = format_value(nice if works(nice) else good)
+            return UserError(f"factor {factor:g} {problem}, for method '{setting.name}' on this model ({model})",
+                             f"a factor works {works_where} here, e.g. factor {shown}")  # fmt: skip
+        value = p.check(bad if p.kind == "float" else round(bad), setting.label)
+        return UserError(f"{name}={format_value(value)} {problem}, for method '{setting.name}' on this model ({model})",
+                         f"{name} works {works_where} here, e.g. {name}={shown}")  # fmt: skip
+    return UserError(f"method '{setting.label}' {problem} on this model ({model}), whatever its parameters",
+                     "check the model's rope base and trained length (its config's rope_theta and max_position_embeddings, "
+                     "or the values given for them), or pick another method")  # fmt: skip
+
+
+def _edge(works, good: float, bad: float, steps: int = 60) -> float:
+    """The value nearest ``bad`` that still ``works``, between ``good`` (works) and ``bad`` (does not):
+    bisection in log space when both are > 0, else linear."""
+    log = good > 0 and bad > 0
+    lo, hi = (math.log(good), math.log(bad)) if log else (good, bad)
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if works(math.exp(mid) if log else mid):
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(lo) if log else lo

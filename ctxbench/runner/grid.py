@@ -13,6 +13,7 @@ after defaults) and resume; tasks only measure.
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from ctxbench.runner.adaptive import run_adaptive
 from ctxbench.runner.costmodel import measured_rate
 from ctxbench.runner.plan import Todo, plan_table, print_plan
 from ctxbench.runner.progress import TokenProgress
-from ctxbench.runner.settings import check_attn
+from ctxbench.runner.settings import check_attn, check_loaded, check_methods_on_model
 from ctxbench.tasks.base import Cell, Measurement, Task
 from ctxbench.version import __version__
 
@@ -84,6 +85,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     trained_len: int | None = None
     keys: set = field(default_factory=set)  # cell keys of the whole grid (every rank's share)
+    failures: list[str] = field(default_factory=list)  # one line per failed cell: which, and why
 
 
 class Interrupted(Exception):
@@ -141,6 +143,9 @@ def execute(
     show = console if console is not None and w.rank == 0 else None
     if isinstance(model, ModelConfig):
         model.check()
+        check_methods_on_model(jobs, model.model, model.trust_remote_code)  # from the config: no weights, no torch
+    else:
+        check_loaded(jobs, model)
     if dry_run:
         if out is not None:
 
@@ -166,6 +171,7 @@ def execute(
     else:
         lm = model
     jobs = [Job(job.task, job.task.settled(lm, job.settings)) for job in jobs]  # model-implied defaults, once
+    check_loaded(jobs, lm)  # again on the loaded model: a hub config read only now, the same words otherwise
     contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
     _check_layouts(lm, jobs)  # and a method whose frequencies do not fit the model's rotary tables
 
@@ -192,6 +198,7 @@ def execute(
                 outcome.records += part.records
                 outcome.ran, outcome.skipped, outcome.failed = outcome.ran + part.ran, outcome.skipped + part.skipped, outcome.failed + part.failed
                 outcome.notes += [n for n in part.notes if n not in outcome.notes]
+                outcome.failures += part.failures
                 outcome.keys |= part.keys
     except KeyboardInterrupt as exc:  # every finished cell is already in the file (saved cell by cell)
         raise Interrupted(len(results.done_cells()), out, getattr(exc, "signal_name", "SIGINT")) from None
@@ -413,6 +420,15 @@ def run_task(
         kernels.forget()  # each group's rows name the attention paths that group ran
         try:
             for cell, measurements in _run_with_retry(task, lm, ctx, group, settings, finished):
+                bad = non_finite(measurements)
+                if bad is not None:  # a failed cell, as an out-of-memory one: never rows that say ok
+                    results.add(rows_for(cell, [Measurement("error", "", status=NON_FINITE, extra={"error": bad})]))
+                    finished.add(cell)
+                    outcome.failed += 1
+                    outcome.failures.append(f"{cell.label()}: {bad}")
+                    if progress is not None:
+                        progress.cell_done(cell.label())
+                    continue
                 results.add(rows_for(cell, measurements))
                 finished.add(cell)
                 outcome.ran += 1
@@ -427,11 +443,31 @@ def run_task(
                 first_line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
                 results.add(rows_for(cell, [Measurement("error", "", status="oom", extra={"error": first_line})]))
                 outcome.failed += 1
+                outcome.failures.append(f"{cell.label()}: out of memory ({first_line})")
                 if progress is not None:
                     progress.cell_done(cell.label())
     keys = {key_of(c) for c in grid}
     outcome.records = [r for r in results.records if cell_key(r) in keys]
     return outcome
+
+
+# The status of a cell whose measurement came out inf or NaN (a forward whose logits overflowed): its
+# one row says which value, and resume runs it again, as it does an out-of-memory (``oom``) cell.
+NON_FINITE = "non-finite"
+
+
+def non_finite(measurements: list[Measurement]) -> str | None:
+    """What makes a cell's measurements unusable, or None: a value that is a number but not finite
+    (``ppl = nan``). Such a row written ``ok`` would pass ``resume`` as done and reach the tables as a
+    result; the cell fails instead, with one line naming the value."""
+    for m in measurements:
+        if m.status != "ok" or isinstance(m.value, (str, bool)) or m.value is None:
+            continue
+        value = float(m.value)  # a Python or NumPy number
+        if not math.isfinite(value):
+            where = "".join(f" {k} {v}" for k, v in (("trial", m.trial), ("doc", m.doc)) if v != "")
+            return f"{m.metric}{where} is {value} (not a finite number: the model's logits overflowed or went NaN)"
+    return None
 
 
 CELL_EXTRA = ("trained_len", "cell_rows", "factors", "rank", "attention_kernel")  # what rows_for adds to every row of a cell

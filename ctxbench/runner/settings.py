@@ -9,6 +9,9 @@ with the same label are an error naming both.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from ctxbench.defaults import DEFAULT_FACTOR
 from ctxbench.errors import UserError, closest, unknown
 from ctxbench.methods import show_value
@@ -104,3 +107,99 @@ def check_attn(attn: str | None, device: str, *, flag: str = "--attn") -> None:
 def _option(flag: str, value) -> str:
     """``--attn sdpa`` on the command line, ``attn = "sdpa"`` in a suite."""
     return f'{flag} "{value}"' if flag.endswith("=") else f"{flag} {value}"
+
+
+# ---- what a method computes on the model, checked before the plan -----------------------------
+
+
+def check_methods(jobs, geom, num_layers=None) -> None:
+    """Raise :class:`UserError` for the first method of ``jobs`` whose numbers on a model of geometry
+    ``geom`` (and ``num_layers`` layers) are not sensible, or whose parameters break a rule only the
+    model shows (:func:`ctxbench.methods.check_derived`: ``dca`` ``local_window < chunk_size`` once
+    ``chunk_size`` defaults to ``3L/4``, ``string`` ``local_value <= window``, ``ms-poe``'s
+    ``first_layer`` past the model's layers, frequencies that overflow). The run used to find these
+    after loading the weights (25-30 s) or in its first cell; ``execute`` calls this before the plan,
+    on the config for a dry run as for a run, so both refuse in the same words."""
+    from ctxbench.methods import check_derived
+
+    for job in jobs:
+        settings = job.settings
+        lengths = getattr(settings, "lengths", None) or job.task.default_lengths(geom.trained_len)
+        for method in getattr(settings, "methods", ()):
+            layers = num_layers if method.attention is not None and method.attention.layers is not None else None
+            for factor in (getattr(settings, "factors", ()) or (1.0,)) if method.uses_factor else (None,):
+                check_derived(method, geom, factor, lengths, layers)
+
+
+def check_methods_on_model(jobs, model: str, trust_remote_code: bool = False) -> None:
+    """:func:`check_methods` on the model named ``model``, from its config alone (no weights, no torch):
+    a local directory or ``.gguf`` file always (its geometry is cached, so a second plan reads it in
+    milliseconds), a hub model when its config is already downloaded. A hub model that is not, and a
+    config this cannot read, are checked by :func:`check_loaded` once the model has loaded."""
+    if not any(_reads_input(m) for job in jobs for m in getattr(job.settings, "methods", ())):
+        return  # none, native, logn: the model's own numbers; no config to read for them
+    source = _config_source(model)
+    if source is None:
+        return
+    from ctxbench.model.files import load_geometry
+
+    geom = load_geometry(source, trust_remote_code)
+    needs_layers = any(m.attention is not None and m.attention.layers is not None
+                       for job in jobs for m in getattr(job.settings, "methods", ()))  # fmt: skip
+    check_methods(jobs, geom, _num_layers(source, trust_remote_code) if needs_layers else None)
+
+
+def _reads_input(setting) -> bool:
+    """A method whose numbers depend on what the user gave: a parameter of one of its parts, or the factor."""
+    return setting.uses_factor or any(part.declared for part in setting.parts)
+
+
+def check_loaded(jobs, lm) -> None:
+    """:func:`check_methods` on a loaded model: its geometry and its config's layers."""
+    check_methods(jobs, lm.geometry, _layers_of(getattr(lm.model, "config", None)))
+
+
+def _config_source(model: str) -> str | None:
+    """Where ``model``'s config can be read without the network: the path itself for a local model or
+    alias, the cached snapshot folder for a hub id already downloaded, else None."""
+    from ctxbench.model.files import locate
+
+    kind, _, _ = locate(model)
+    if kind != "hub":
+        return model
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except Exception:  # noqa: BLE001  a hub id the cache cannot even name: the load will say what is wrong
+        return None
+    return str(Path(cached).parent) if isinstance(cached, str) else None
+
+
+def _num_layers(source: str, trust_remote_code: bool) -> int | None:
+    """The number of decoder layers in a model's config: ``config.json`` read as JSON for a folder
+    (milliseconds), else the config transformers reads (a ``.gguf`` header)."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        try:
+            config = json.loads((path / "config.json").read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            return None
+        return _layers_of(config)
+    from ctxbench.model.files import load_config
+
+    return _layers_of(load_config(source, trust_remote_code))
+
+
+def _layers_of(config) -> int | None:
+    """``num_hidden_layers`` (or ``n_layer``, ``num_layers``) of a config object or dict, looking
+    inside ``text_config`` for a multimodal one; None when it says nothing."""
+    if config is None:
+        return None
+    get = config.get if isinstance(config, dict) else (lambda key, default=None: getattr(config, key, default))
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        value = get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    text = get("text_config")
+    return _layers_of(text) if text is not None and text is not config else None
