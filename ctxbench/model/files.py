@@ -13,15 +13,13 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 
 from ctxbench.defaults import DEFAULT_MODEL  # noqa: F401  (imported from here too)
 from ctxbench.errors import UserError
+from ctxbench.model.cache import BadEntry, JsonCache, Schema, dataclass_fields, file_sha256
 from ctxbench.model.geometry import RopeGeometry
-
-GEOMETRY_VERSION = 2  # bump when RopeGeometry's fields or their reading change: old cache entries are ignored
-
-
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -43,53 +41,34 @@ def _smollm2_path() -> Path:
 ALIASES = {"smollm2-135m": _smollm2_path, "smollm2": _smollm2_path}
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("CTXBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ctxbench")
-    return Path(root)
-
-
 def _file_key(path: Path) -> str:
     stat = path.stat()
     return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
 
 
-def _cache_entries(name: str) -> dict:
-    """What the JSON file ``name`` of ctxbench's cache dir holds (empty if missing or damaged)."""
-    try:
-        return json.loads((_cache_dir() / name).read_text())
-    except (OSError, ValueError):
-        return {}
+def _is_digest(value: object) -> None:
+    if not (isinstance(value, str) and re.fullmatch(r"sha256:[0-9a-f]{16}", value)):
+        raise BadEntry(f"{value!r} is not a sha256:<16 hex digits> digest")
 
 
-def _cached(name: str, key: str, compute):
-    """``compute()``, remembered under ``key`` in the JSON file ``name`` of ctxbench's cache dir
-    (keys name a file by path, size and mtime, so an edited file is read again)."""
-    cache = _cache_dir() / name
-    known = _cache_entries(name)
-    if key in known:
-        return known[key]
-    value = known[key] = compute()
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known))
-        os.replace(tmp, cache)  # atomic: a concurrent reader sees the old or the new file
-    except OSError:
-        pass  # a read-only home only costs recomputing
-    return value
+def _is_geometry(value: object) -> None:
+    dataclass_fields(RopeGeometry, value)
+    RopeGeometry(**value)  # its own checks: an even rotary dim > 2, a base > 1, a trained length >= 1
+
+
+# Keyed by a file's path, size and mtime, so an edited file is read again; checked on every read.
+DIGESTS = JsonCache("digests.json", Schema("file digests", 1), _is_digest)
+# GEOMETRY's version: bump when RopeGeometry's fields or their reading change, and old entries are rebuilt.
+GEOMETRY = JsonCache("geometry.json", Schema("rope geometry", 3), _is_geometry, then="read again from the config")
 
 
 def file_digest(path: Path) -> str:
     """sha256 of a file (first 16 hex digits), cached by path, size and mtime."""
 
-    def digest() -> str:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        return "sha256:" + h.hexdigest()[:16]
+    def compute() -> str:
+        return "sha256:" + file_sha256(path)[:16]
 
-    return _cached("digests.json", _file_key(path), digest)
+    return DIGESTS.lookup(_file_key(path), compute)
 
 
 def load_geometry(spec: str, trust_remote_code: bool = False) -> RopeGeometry:
@@ -102,10 +81,9 @@ def load_geometry(spec: str, trust_remote_code: bool = False) -> RopeGeometry:
     if kind == "hub":
         return RopeGeometry.from_config(load_config(spec, trust_remote_code))
     source = path / gguf if gguf else path / "config.json"
-    fields = _cached(
-        "geometry.json", f"{GEOMETRY_VERSION}|{_file_key(source)}",
-        lambda: dataclasses.asdict(RopeGeometry.from_config(load_config(spec, trust_remote_code))),
-    )  # fmt: skip
+    fields = GEOMETRY.lookup(
+        _file_key(source), lambda: dataclasses.asdict(RopeGeometry.from_config(load_config(spec, trust_remote_code)))
+    )
     return RopeGeometry(**fields)
 
 

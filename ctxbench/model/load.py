@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 
 from ctxbench.errors import UserError
+from ctxbench.model.cache import BadEntry, Schema, cache_root, discard, ignored, seal_dir, verify_dir
 from ctxbench.model.files import (  # noqa: F401  (re-exported: the public names of model loading)
     ALIASES,
     DEFAULT_MODEL,
-    _cache_dir,
     _dir_digest,
     _hub_error,
     check_gguf,
@@ -87,14 +87,12 @@ def load(
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     cached = _dequantised(path / gguf, torch_dtype) if gguf else None
-    if cached is not None and (cached / "config.json").is_file():
-        config = load_config(str(cached), trust_remote_code)
-    else:
-        config = load_config(spec, trust_remote_code)
+    reuse = cached is not None and _verified_model(cached)
+    config = load_config(str(cached) if reuse else spec, trust_remote_code)
     geometry = RopeGeometry.from_config(config)
     source = str(path) if path else spec
     gguf_digest = file_digest(path / gguf) if gguf else None
-    if cached is not None and (cached / "config.json").is_file():
+    if reuse:
         source, gguf = str(cached), None  # dequantised before: load the saved weights, not the GGUF
     kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
     if gguf:
@@ -188,30 +186,94 @@ def _local_errors(kind: str, spec: str, part: str, load):
         raise UserError(f"cannot load the {part} of '{spec}' ({first[:200]})", fix) from None
 
 
+# The dequantised GGUF cache: a transformers checkpoint any loader reads (save_pretrained: the tied
+# embedding as model.embed_tokens.weight, "architectures" set), sealed by a manifest of its files'
+# digests. Version 2: version 1 entries (no manifest) held only lm_head.weight and "architectures":
+# null, which vLLM loads without an error and then decodes token 0 forever.
+MODEL_SCHEMA = Schema("dequantised model", 2)
+
+
 def _dequantised(gguf_path: Path, dtype: torch.dtype) -> Path | None:
     """Where the dequantised weights of a GGUF file are kept, keyed by its digest and dtype.
 
-    Dequantising SmolLM2's GGUF takes ~20 s on 2 cores; loading the saved safetensors ~2 s.
-    Set CTXBENCH_NO_MODEL_CACHE=1 to always read the GGUF file.
+    Dequantising SmolLM2's GGUF takes ~20 s on 2 cores; loading the saved safetensors ~2 s (and
+    verifying their digests 0.5 s more). Set CTXBENCH_NO_MODEL_CACHE=1 to always read the GGUF file.
     """
     if os.environ.get("CTXBENCH_NO_MODEL_CACHE"):
         return None
     digest = file_digest(gguf_path).split(":")[-1]
-    return _cache_dir() / "models" / f"{gguf_path.stem}-{digest}-{str(dtype).replace('torch.', '')}"
+    return cache_root() / "models" / f"{gguf_path.stem}-{digest}-{str(dtype).replace('torch.', '')}"
+
+
+def _model_files(files) -> str | None:
+    """What a dequantised checkpoint needs: a config.json and its weights as safetensors."""
+    if "config.json" not in files:
+        return "its manifest lists no config.json"
+    if not any(str(name).endswith(".safetensors") for name in files):
+        return "its manifest lists no .safetensors weights"
+    return None
+
+
+def _checkpoint_problem(target: Path) -> str | None:
+    """Beyond the digests: a config another loader can dispatch on (``architectures``)."""
+    try:
+        config = json.loads((target / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        return f"its config.json is unreadable ({exc})"
+    if not isinstance(config, dict) or not config.get("architectures"):
+        return "its config.json names no architectures"
+    return None
+
+
+def _verified_model(target: Path) -> bool:
+    """Whether the dequantised entry at ``target`` can be loaded: absent is False, silently; a bad
+    one (no manifest, an older version, a missing, truncated or altered file) is noted, removed,
+    and False, so the GGUF file is dequantised again and the entry rebuilt."""
+    if not target.exists() and not target.is_symlink():
+        return False
+    try:
+        verify_dir(target, MODEL_SCHEMA, _model_files)
+        problem = _checkpoint_problem(target)
+        if problem:
+            raise BadEntry(problem)
+    except BadEntry as why:
+        ignored(target, why, "dequantised again from the GGUF file")
+        discard(target)
+        return False
+    return True
+
+
+def _checkpoint_tensors(model) -> dict[str, torch.Tensor]:
+    """The weights as a transformers checkpoint holds them: tensors that share storage (tied
+    embeddings) once, under the input embedding's name (``model.embed_tokens.weight``), which every
+    loader reads and ties the output head to. (save_pretrained refuses a model loaded from GGUF, and
+    safetensors' save_model kept ``lm_head.weight`` instead, which vLLM does not read.)"""
+    embedding = model.get_input_embeddings()
+    embed_name = next((f"{name}.weight" for name, module in model.named_modules() if module is embedding), None)
+    state = model.state_dict()
+    groups: dict[tuple, list[str]] = {}
+    for name, tensor in state.items():
+        groups.setdefault((tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape)), []).append(name)
+    kept = [embed_name if embed_name in names else names[0] for names in groups.values()]
+    return {name: state[name].contiguous() for name in kept}
 
 
 def _save_dequantised(model, tokenizer, target: Path) -> None:
-    """Save atomically (temp dir, rename); a failure only costs the next load its speed."""
-    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-    from safetensors.torch import save_model
+    """Save a checkpoint any loader reads (the tied embedding, ``architectures`` named), seal it
+    with a manifest of digests, and rename it into place atomically; a failure only costs the next
+    load its speed."""
+    from safetensors.torch import save_file
 
+    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
     try:
         tmp.mkdir(parents=True, exist_ok=True)
         config = model.config.to_dict()
         config.pop("quantization_config", None)  # the weights are plain tensors now
+        config["architectures"] = [type(model).__name__]  # what loaders dispatch on (it was null)
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
-        save_model(model, str(tmp / "model.safetensors"))
+        save_file(_checkpoint_tensors(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         tokenizer.save_pretrained(tmp)
+        seal_dir(tmp, MODEL_SCHEMA)
         os.replace(tmp, target)
     except (OSError, ValueError, RuntimeError):
         pass

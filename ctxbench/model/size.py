@@ -8,10 +8,8 @@ import re
 from dataclasses import asdict, dataclass, replace
 
 from ctxbench.errors import UserError
-from ctxbench.model.files import ALIASES, _cached, _file_key, hub_offline, load_config, locate
-
-SIZE_VERSION = 1  # bump when reading a size from a config changes: old cached sizes are ignored
-
+from ctxbench.model.cache import BadEntry, JsonCache, Schema, dataclass_fields, positive_number
+from ctxbench.model.files import ALIASES, _file_key, hub_offline, load_config, locate
 
 # Families whose MLP is two matrices (up, down) rather than three (gate, up, down).
 NOT_GATED = ("gpt2", "gpt_neox", "gpt_neo", "gptj", "bloom", "opt", "falcon", "mpt", "codegen", "phi")
@@ -81,6 +79,21 @@ class ModelSize:
 DEFAULT_SIZE = ModelSize("smollm2-135m", 30, 576, 30 * (576 * 576 * 2 + 576 * 192 * 2 + 3 * 576 * 1536), 49152)
 
 
+def _is_size(value: object) -> None:
+    """A size that can price a forward: every count a finite number > 0 (a zero or NaN would make
+    every plan's time zero or NaN), read from a config."""
+    dataclass_fields(ModelSize, value)
+    for name in ("layers", "hidden", "params", "vocab"):
+        positive_number(value[name], name)
+    if value["source"] != "config":
+        raise BadEntry(f"source is {value['source']!r}; only sizes read from a config are cached")
+
+
+# Keyed by the config's (or GGUF file's) path, size and mtime. Bump the version when reading a size
+# from a config changes: older entries are then rebuilt.
+SIZES = JsonCache("sizes.json", Schema("model sizes", 2), _is_size, then="read again from the config")
+
+
 def assumed_size(name: str) -> ModelSize:
     """For a model whose size cannot be read: the default model's, saying so."""
     return replace(DEFAULT_SIZE, name=name, source="assumed")
@@ -99,8 +112,7 @@ def model_size(spec: str, trust_remote_code: bool = False) -> ModelSize:
                 raise OSError("offline")  # no config to fetch: the name's size, without importing transformers
             return ModelSize.from_config(load_config(spec, trust_remote_code), spec)
         source = path / gguf if gguf else path / "config.json"
-        fields = _cached("sizes.json", f"{SIZE_VERSION}|{_file_key(source)}",
-                         lambda: asdict(ModelSize.from_config(load_config(spec, trust_remote_code), spec)))  # fmt: skip
+        fields = SIZES.lookup(_file_key(source), lambda: asdict(ModelSize.from_config(load_config(spec, trust_remote_code), spec)))
         return ModelSize(**fields)
     except (UserError, OSError, ValueError, TypeError, AttributeError):
         return ModelSize.from_name(spec) or assumed_size(spec)

@@ -27,14 +27,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxbench.model.files import ALIASES, _cache_entries, _cached
+from ctxbench.model.cache import BadEntry, JsonCache, Schema, positive_number
+from ctxbench.model.files import ALIASES
 from ctxbench.model.size import DEFAULT_SIZE, ModelSize, assumed_size, model_size, size_of  # noqa: F401  (also imported from here)
 
 DEFAULT_CPU_RATE = 1.4e11  # FLOP/s the default model reaches in float32 on a 2-core CPU (fit above)
 # Decoding one token at a time is bound by latency and by reading the KV cache, not by arithmetic:
 # the default model on that CPU takes 46 ms a step at 1k of context and 85 ms at 8k, 7-10 GFLOP/s.
 DEFAULT_CPU_DECODE_RATE = 8e9
-RATE_VERSION = 2  # bump when the calibration changes: old cached rates are ignored
+
+
 def plan_device(device: str) -> str:
     """The device type a run will use, without importing torch: ``auto`` is cuda where an NVIDIA
     driver is loaded, else cpu."""
@@ -72,21 +74,33 @@ class Throughput:
 
     @classmethod
     def from_entry(cls, entry) -> Throughput:
-        """From its ``rates.json`` entry (``{"prefill": ..., "decode": ...}``)."""
+        """From its ``rates.json`` entry (``{"prefill": ..., "decode": ...}``), checked by
+        :func:`_is_rate` on the way in."""
         return cls(float(entry["prefill"]), float(entry["decode"]))
 
 
 DEFAULT_CPU = Throughput(DEFAULT_CPU_RATE, DEFAULT_CPU_DECODE_RATE)
 
 
-def cached_rate(device: str, dtype: str, model: str) -> Throughput | None:
-    """The throughput ``model`` reached on this device and dtype before, if measured."""
+def _is_rate(value: object) -> None:
+    """A throughput a plan can divide by: exactly ``prefill`` and ``decode``, each a finite FLOP/s
+    > 0 (a zero divided every plan by zero, a NaN made its time NaN)."""
+    if not isinstance(value, dict) or set(value) != {"prefill", "decode"}:
+        raise BadEntry(f"{type(value).__name__} {str(value)[:60]}, not {{prefill, decode}}")
+    for name in ("prefill", "decode"):
+        positive_number(value[name], f"{name} rate")
 
-    entry = _cache_entries("rates.json").get(f"{RATE_VERSION}|{device_key(device, dtype)}|{model}")
-    try:
-        return Throughput.from_entry(entry)
-    except (TypeError, KeyError, ValueError):
-        return None  # not measured, or written by another version
+
+# Keyed by device, dtype and model. Bump the version when the calibration changes: older rates are
+# then measured again.
+RATES = JsonCache("rates.json", Schema("throughputs", 3), _is_rate, then="measured again on the next run")
+
+
+def cached_rate(device: str, dtype: str, model: str) -> Throughput | None:
+    """The throughput ``model`` reached on this device and dtype before, if measured (and if its
+    entry verifies: a bad one is noted and dropped, and the plan falls back as if never measured)."""
+    entry = RATES.get(f"{device_key(device, dtype)}|{model}")
+    return None if entry is None else Throughput.from_entry(entry)
 
 
 def rate_for_plan(device: str, dtype: str, model: str) -> tuple[Throughput | None, str, bool]:
@@ -114,9 +128,8 @@ def measured_rate(lm, tokens: int = 1024, steps: int = 8) -> Throughput:
 
     import torch
 
-
     device = lm.torch_device.type
-    key = f"{RATE_VERSION}|{device_key(device, lm.dtype)}|{lm.name}"
+    key = f"{device_key(device, lm.dtype)}|{lm.name}"
 
     def timed(call) -> tuple[float, object]:
         if device == "cuda":
@@ -144,6 +157,6 @@ def measured_rate(lm, tokens: int = 1024, steps: int = 8) -> Throughput:
         return {"prefill": size.forward_flops(tokens, head_tokens=1) / max(seconds, 1e-9),
                 "decode": decode_flops / max(step_seconds, 1e-9)}  # fmt: skip
 
-    return Throughput.from_entry(_cached("rates.json", key, measure))
+    return Throughput.from_entry(RATES.lookup(key, measure))
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxbench.errors import UserError
+from ctxbench.model.cache import BadEntry, Schema, cache_root, digest, discard, ignored, write_atomic
+from ctxbench.parsing import decode_text, refuse_wide
 
 if TYPE_CHECKING:
     import torch
@@ -83,10 +85,12 @@ def _records_texts(path: Path, records: list[dict], text_column: str) -> list[st
 
 
 def _read_local(path: Path, text_column: str) -> tuple[list[str], list[str]]:
+    raw = path.read_bytes() if path.suffix in (".txt", ".md", ".jsonl", ".json") else b""
+    refuse_wide(raw, f"dataset file '{path}'")  # UTF-16 read with errors="replace" would be scored as garbage
     if path.suffix in (".txt", ".md"):
-        return [path.name], [path.read_text(encoding="utf-8", errors="replace")]
+        return [path.name], [raw.decode("utf-8", errors="replace")]
     if path.suffix in (".jsonl", ".json"):
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = decode_text(raw, f"dataset file '{path}'", "give UTF-8 JSON lines").splitlines()
         try:
             records = [json.loads(line) for line in lines if line.strip()]
         except ValueError as exc:
@@ -170,6 +174,13 @@ def tokenizer_digest(tokenizer) -> str:
     return h.hexdigest()[:16]
 
 
+# The token cache: one safetensors file per (tokenizer, corpus), a tensor per document tokenised so
+# far, and in its metadata the schema stamp and, per document, a digest of the tokenizer, the
+# document's name and text, and its ids. Version 2 (safetensors, digests) replaced the unverified
+# torch.save file (``<key>.pt``), whose wrong ids scored as ``ok`` under the corpus's own digest.
+TOKENS_SCHEMA = Schema("corpus tokens", 2)
+
+
 class Tokenized:
     """Token ids of a corpus, produced on demand in document order and cached on disk.
 
@@ -177,6 +188,9 @@ class Tokenized:
     tokenizer's BOS token before every document (what the YaRN evaluation's ``perplexity.py``
     does whenever the tokenizer has one), ``off`` removes a BOS the tokenizer adds. The first
     token of a document is context only.
+
+    Cached ids are used only when their digest binds them to this tokenizer and this document's
+    text; any other entry is noted on stderr, tokenised again and the file rewritten.
     """
 
     def __init__(self, corpus: Corpus, tokenizer, cache_dir: str | Path | None = None, bos: str = "auto") -> None:
@@ -186,18 +200,72 @@ class Tokenized:
         self.bos_id = getattr(tokenizer, "bos_token_id", None)
         if bos == "on" and self.bos_id is None:
             raise UserError("--bos on: this tokenizer has no BOS token", "use --bos auto or --bos off")
-        root = Path(cache_dir or os.environ.get("CTXBENCH_CACHE") or Path.home() / ".cache" / "ctxbench") / "tokens"
-        key = f"{tokenizer_digest(tokenizer)}-{corpus.digest.split(':')[-1]}"
-        self.cache_path = root / f"{key}.pt"
-        import torch  # here, not at the top: checking a dataset name must not cost a torch import
-
-        self.ids: dict[int, torch.Tensor] = {}
-        if self.cache_path.is_file():
-            try:
-                self.ids = torch.load(self.cache_path)
-            except Exception:
-                self.ids = {}
+        root = Path(cache_dir).expanduser() if cache_dir else cache_root()
+        self.tokenizer_digest = tokenizer_digest(tokenizer)
+        self.cache_path = root / "tokens" / f"{self.tokenizer_digest}-{corpus.digest.split(':')[-1]}.safetensors"
+        self.ids: dict[int, torch.Tensor] = {}  # verified or tokenised here; torch is imported on first use
         self._dirty = False
+        self._load()
+
+    def _entry_digest(self, index: int, ids) -> str:
+        """What a stored document's ids must carry: a digest of the tokenizer, the document's name
+        and text, and the ids themselves."""
+        return digest(self.tokenizer_digest.encode(), self.corpus.names[index].encode("utf-8", "surrogatepass"),
+                      self.corpus.texts[index].encode("utf-8", "surrogatepass"), ids.numpy().tobytes())  # fmt: skip
+
+    def _problem(self, name: str, ids, expected: object) -> str | None:
+        """Why the stored tensor ``name`` cannot be a document's ids here (None: it can)."""
+        import torch
+
+        index = int(name[3:]) if name.startswith("doc") and name[3:].isdigit() else -1
+        if not 0 <= index < len(self.corpus):
+            return "not a document of this corpus"
+        if ids.dtype != torch.int32 or ids.dim() != 1:
+            return f"{ids.dtype} of shape {tuple(ids.shape)}, not int32 ids"
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(self.tokenizer)):
+            return "ids outside the tokenizer's vocabulary"
+        if expected != self._entry_digest(index, ids):
+            return "its ids are not this tokenizer's for this document's text (digest mismatch)"
+        return None
+
+    def _load(self) -> None:
+        """The verified documents of the cache file: a file that is unreadable, truncated, of
+        another schema or for another tokenizer or corpus is noted and removed; each document whose
+        ids do not verify is left out (and tokenised again), with one note for the file."""
+        from safetensors import SafetensorError, safe_open
+
+        path = self.cache_path
+        if not path.exists() and not path.is_symlink():
+            return
+        try:
+            if path.is_dir():
+                raise BadEntry("a directory where a file should be")
+            with safe_open(str(path), "pt") as f:
+                try:
+                    stamp = json.loads((f.metadata() or {}).get("ctxbench", "null"))
+                except ValueError:
+                    raise BadEntry("its metadata is not JSON") from None
+                TOKENS_SCHEMA.check(stamp)
+                if stamp.get("tokenizer") != self.tokenizer_digest or stamp.get("corpus") != self.corpus.digest:
+                    raise BadEntry("written for another tokenizer or corpus")
+                docs = stamp.get("docs")
+                if not isinstance(docs, dict):
+                    raise BadEntry("its metadata has no table of document digests")
+                stored = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118  (safe_open has no iterator)
+        except (BadEntry, SafetensorError, OSError) as why:
+            ignored(path, why if isinstance(why, BadEntry) else f"unreadable or truncated: {why}")
+            discard(path)
+            return
+        bad = [f"{name}: missing" for name in docs if name not in stored]
+        for name, ids in stored.items():
+            problem = self._problem(name, ids, docs.get(name))
+            if problem:
+                bad.append(f"{name}: {problem}")
+            else:
+                self.ids[int(name[3:])] = ids
+        if bad:
+            ignored(path, f"{len(bad)} bad document(s), e.g. {bad[0]}", "tokenised again")
+            self._dirty = True  # rewritten without them on the next save
 
     def __getitem__(self, index: int) -> torch.Tensor:
         import torch
@@ -244,15 +312,14 @@ class Tokenized:
         return {n: (picked if reach[n] else []) for n in lengths}
 
     def save(self) -> None:
-        import torch
+        """Write the ids tokenised so far, each with its digest (atomically; a failure only costs
+        the next run the tokenising)."""
+        from safetensors.torch import save
 
         if not self._dirty:
             return
-        try:
-            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.cache_path.with_suffix(f".{os.getpid()}.tmp")
-            torch.save(self.ids, tmp)
-            os.replace(tmp, self.cache_path)
+        tensors = {f"doc{i}": ids.contiguous() for i, ids in sorted(self.ids.items())}
+        stamp = {**TOKENS_SCHEMA.stamp(), "tokenizer": self.tokenizer_digest, "corpus": self.corpus.digest,
+                 "docs": {f"doc{i}": self._entry_digest(i, ids) for i, ids in sorted(self.ids.items())}}  # fmt: skip
+        if write_atomic(self.cache_path, save(tensors, metadata={"ctxbench": json.dumps(stamp)})):
             self._dirty = False
-        except OSError:
-            pass  # caching is an optimisation only
