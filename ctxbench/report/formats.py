@@ -23,9 +23,10 @@ from ctxbench.report.rulerscore import CSV_FIELDS, FAMILIES, csv_fields, rich_ta
 
 
 def pivots(records: list[dict], tasks=None, task=None, method=None, factor=None, length=None, baseline=None,
-           threshold=None) -> list[Pivot]:  # fmt: skip
+           threshold=None, check: bool = True) -> list[Pivot]:  # fmt: skip
+    """The annotated pivots (``check``: see :func:`ctxbench.report.pivot.build`)."""
 
-    out = build(records, tasks, task=task, method=method, factor=factor, length=length, baseline=baseline)
+    out = build(records, tasks, task=task, method=method, factor=factor, length=length, baseline=baseline, check=check)
     annotate(out, threshold)
     if baseline:
 

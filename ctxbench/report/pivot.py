@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from ctxbench.errors import UserError, closest
 from ctxbench.parsing import len_label  # noqa: F401  (also imported from here)
-from ctxbench.results.identity import SETTING, setting_of, unit_key
+from ctxbench.results.identity import SETTING, WITHIN, setting_of, unit_key
 from ctxbench.tasks.base import Headline, check_records, extra_of, headline_of  # noqa: F401
 from ctxbench.tasks.proxy import HIGHER_IS_BETTER as PROXY_HIGHER_IS_BETTER  # light: no torch
 
@@ -87,29 +87,42 @@ def _fmt_factor(text) -> str:
 
 
 def build(records: list[dict], tasks: dict | None = None, task=None, method=None, factor=None, length=None,
-          baseline: str | None = None) -> list[Pivot]:  # fmt: skip
+          baseline: str | None = None, check: bool = True) -> list[Pivot]:  # fmt: skip
     """Pivots from result records (dicts of strings), filtered by task names, method labels or
     names, factors and lengths (lists or None). Refuses a value no run can produce
-    (:func:`ctxbench.tasks.base.check_records`), naming its cell."""
+    (:func:`ctxbench.tasks.base.check_records`), naming its cell; ``check=False`` where the
+    caller has just checked these records itself (``compare``, naming each file)."""
 
-    check_records(records, tasks)
+    if check:
+        check_records(records, tasks)
     groups: dict[tuple, list[dict]] = {}
     bounds: dict[tuple, dict[str, float]] = {}
     per_trial: dict[tuple, set] = {}  # trials seen per depth cell: the count when an old row lacks extra.trials
     sources: dict[tuple, list[dict]] = {}  # every ok row of a cell (all its depths)
+    # One pass, O(rows): a cell's key is normalised once, from the first row with its raw values
+    # (``setting_of`` reads only the raw columns below); the others look it up.
+    keys: dict[tuple, tuple] = {}
+    heads: dict[str, str] = {}
     for r in records:
         if r.get("status") != "ok":
             continue
-        setting = tuple(value for _, value in setting_of(r, tasks))
-        key = (r["model"], r["task"], r.get("variant", ""), setting, r.get("label") or r["method"], _fmt_factor(r["factor"]),
-               int(float(r["length"])))  # fmt: skip
+        raw = (r["model"], r["task"], r.get("variant", ""), r.get("label") or r["method"], r["factor"], r["length"],
+               *(r.get(c, "") for c in SETTING))  # fmt: skip
+        key = keys.get(raw)
+        if key is None:
+            setting = tuple(value for _, value in setting_of(r, tasks))
+            key = keys[raw] = (r["model"], r["task"], r.get("variant", ""), setting, r.get("label") or r["method"],
+                               _fmt_factor(r["factor"]), int(float(r["length"])))  # fmt: skip
         sources.setdefault(key, []).append(r)
         if r.get("trial", "") not in ("", "all"):
             per_trial.setdefault((*key, r.get("depth", "")), set()).add(r["trial"])
             continue
         if r.get("doc", "") not in ("", "all"):
             continue
-        metric, bound = _metric_of(r["metric"], headline_of(r["task"], tasks).metric)
+        head = heads.get(r["task"])
+        if head is None:
+            head = heads[r["task"]] = headline_of(r["task"], tasks).metric
+        metric, bound = _metric_of(r["metric"], head)
         if metric is None:
             continue
         if bound:
@@ -128,6 +141,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         if f:
             factors.setdefault((model, t, variant, setting), set()).add(f)
     titles = _setting_titles({k[:4] for k in groups})
+    units: dict[tuple, tuple] = {}  # raw place -> unit key, shared by every cell
     for (model, t, variant, setting, label, f, n, metric), rows in groups.items():
         head = headline_of(t, tasks)
         primary = metric == head.metric
@@ -148,7 +162,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         else:
             trials = {d: len(per_trial.get((model, t, variant, setting, label, f, n, d), ())) for d in latest}
             cell, extra = _pooled(list(latest.values()), trials)
-        cell.source = _latest_units(sources.get((model, t, variant, setting, label, f, n), ()))
+        cell.source = _latest_units(sources.get((model, t, variant, setting, label, f, n), ()), units)
         for target in targets:
             p = tables.setdefault((model, t, variant, setting, target, not primary, metric),
                                   Pivot(model, t, variant, target, head.metric, head.higher_is_better, [], fraction=head.fraction,
@@ -196,12 +210,24 @@ def _pooled_proxy(metric: str, sources: list[dict]) -> PivotCell:
     return PivotCell(sum(values) / len(values), lo, hi, len(values))
 
 
-def _latest_units(rows) -> tuple[dict, ...]:
+_PLACE = ("depth", *WITHIN)  # what unit_key reads
+
+
+def _latest_units(rows, memo: dict | None = None) -> tuple[dict, ...]:
     """The rows of a cell with each unit (depth, trial, document, metric, position) once: its
     latest run's row. A cell run twice in one table -- once with ``--metrics``, once without --
-    holds every trial twice, and the paired tests and bootstraps count a trial once."""
+    holds every trial twice, and the paired tests and bootstraps count a trial once. ``memo``:
+    raw place -> unit key, shared across cells (each distinct place normalised once)."""
 
-    return tuple({unit_key(r): r for r in rows}.values())
+    memo = {} if memo is None else memo
+    out = {}
+    for r in rows:
+        raw = tuple(r.get(c, "") for c in _PLACE)
+        key = memo.get(raw)
+        if key is None:
+            key = memo[raw] = unit_key(r)
+        out[key] = r
+    return tuple(out.values())
 
 
 def _setting_titles(tables: set[tuple]) -> dict[tuple, str]:

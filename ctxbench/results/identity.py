@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from functools import cache
+from functools import cache, lru_cache
 
 from ctxbench.errors import UserError
 from ctxbench.methods import METHODS, default_label, resolve
@@ -50,6 +50,7 @@ VIEW = ["model", "dataset", *[c for c in IDENTITY if c not in ("model_digest", "
 WITHIN = ["trial", "doc", "metric", "pos_start"]
 
 
+@lru_cache(maxsize=1 << 16, typed=True)  # a file repeats few distinct values: keys of 100k rows in seconds, not a minute
 def _norm(value) -> str:
     """Numbers so that '2', '2.0' and 2.0 compare equal; JSON objects with sorted keys."""
     text = "" if value is None else (repr(value) if isinstance(value, float) else str(value))
