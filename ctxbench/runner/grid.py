@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from ctxbench.defaults import DEFAULT_MODEL
-from ctxbench.methods import check_applicable, effective_params, kernels
+from ctxbench.methods import check_applicable, effective_params
 from ctxbench.model.files import check_model
 from ctxbench.model.size import size_of
 from ctxbench.report.display import summary_tables
@@ -348,6 +348,8 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
         # every row says how many rows its cell has: a cell missing any (a hand edit) is partial
         cell_extra = {**extra_all, "cell_rows": len(measurements)}
         # the attention paths its group ran (methods.kernels: block-cpu-flash, whole-flash+cudnn, ...), else the model's own
+        from ctxbench.methods import kernels  # torch: only once cells run (the CLI imports this module)
+
         cell_extra["attention_kernel"] = kernels.ran() or own_attention
         if cell.factor is None:  # run once for every factor of the grid (the method ignores it)
             cell_extra["factors"] = factors
@@ -417,6 +419,8 @@ def run_task(
         progress.start_task(task.name, cells=todo, tokens=int(share), skipped=outcome.skipped)
     for group in todo_groups:
         finished: set[Cell] = set()
+        from ctxbench.methods import kernels
+
         kernels.forget()  # each group's rows name the attention paths that group ran
         try:
             for cell, measurements in _run_with_retry(task, lm, ctx, group, settings, finished):
