@@ -411,7 +411,7 @@ def report(
         records += whole
         if partial:
             err.print(f"note: {f}: {len(partial)} partial cell(s) left out ({'; '.join(partial[:3])}{' ...' if len(partial) > 3 else ''}): "
-                      "rows are missing (a hand edit?) — rerun the command that wrote them to complete them", markup=False)  # fmt: skip
+                      "some of their rows are not in the file (deleted, or left out of a filtered copy) — rerun the command that wrote them to complete them", markup=False)  # fmt: skip
     _check_filters(records, filters)
     ps = pivots(records, tasks, baseline=baseline, threshold=threshold, **filters)
     if fmt == "markdown":

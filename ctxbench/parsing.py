@@ -198,3 +198,60 @@ def check_name_lengths(path: str | os.PathLike, what: str, spare: int = 0) -> No
             room = f"; {spare} are kept for the files ctxbench makes beside it" if spare and i == len(parts) - 1 else ""
             raise UserError(f"{what}: the name '{name}' is {size} bytes, longer than a file name can be here ({most} bytes{room})",
                             f"choose a name of at most {most} bytes")  # fmt: skip
+
+
+# ---- text files ---------------------------------------------------------------------------------
+
+_WIDE = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
+
+
+def wide_encoding(raw: bytes) -> str | None:
+    """``"UTF-16"`` or ``"UTF-32"`` when ``raw`` is text in one of them (a byte-order mark, or
+    ASCII-range text with a zero byte beside every character, as Windows' Notepad and
+    PowerShell's ``>`` save it), else ``None``. Such a file is text, not binary: calling it
+    binary sends the user looking for the wrong fault."""
+    for mark, name in _WIDE.items():
+        if raw.startswith(mark):
+            return name
+    head = raw[: 4096 - 4096 % 4]
+
+    def zero(start: int, step: int) -> bool:
+        part = head[start::step]
+        return len(part) >= 4 and part.count(0) > 0.9 * len(part)
+
+    if len(head) < 8:
+        return None
+    if zero(1, 4) and zero(2, 4) and zero(3, 4):  # without a mark: the order iconv must be told
+        return "UTF-32LE"
+    if zero(0, 4) and zero(1, 4) and zero(2, 4):
+        return "UTF-32BE"
+    if zero(1, 2):
+        return "UTF-16LE"
+    if zero(0, 2):
+        return "UTF-16BE"
+    return None
+
+
+def decode_text(raw: bytes, what: str, fix: str = "", keep_bom: bool = False) -> str:
+    """``raw`` as UTF-8 text (a byte-order mark dropped), or one :class:`UserError` that names the
+    fault as it is: UTF-16/32 text (with the conversion that fixes it), binary data (zero bytes
+    that are not wide text), or bytes that are not UTF-8 (with the first bad byte's place).
+    ``what`` names the file (``haystack file 'x.txt'``), ``fix`` what to give instead of binary data.
+    Every reader of a user's text file (results CSVs, suites, datasets, haystacks, QA data) calls it.
+    ``keep_bom``: a UTF-8 byte-order mark stays in the text (where the text is hashed into a digest
+    that files already hold)."""
+    refuse_wide(raw, what)
+    if b"\x00" in raw[:65536]:
+        raise UserError(f"{what} is binary, not text", fix or "give a text file")
+    try:
+        return raw.decode("utf-8" if keep_bom else "utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{what} is not UTF-8 text (byte {e.start})", "save it as UTF-8, e.g. iconv -t UTF-8 FILE > NEW") from None
+
+
+def refuse_wide(raw: bytes, what: str) -> None:
+    """One :class:`UserError` when ``raw`` is UTF-16/32 text, with the conversion that fixes it
+    (for readers that otherwise tolerate stray bytes, and would read such a file as garbage)."""
+    wide = wide_encoding(raw)
+    if wide:
+        raise UserError(f"{what} is {wide} text, not UTF-8", f"save it as UTF-8, e.g. iconv -f {wide} -t UTF-8 FILE > NEW")

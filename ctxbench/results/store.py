@@ -34,7 +34,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ctxbench.errors import UserError
-from ctxbench.parsing import check_name_lengths, expand_path
+from ctxbench.parsing import check_name_lengths, expand_path, refuse_wide
 from ctxbench.results.identity import (
     IDENTITY,
     WITHIN,
@@ -154,6 +154,7 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
 
 def _parse(path: Path, data: bytes) -> tuple[list[str], list[dict[str, str]]]:
     """(header, records) of a whole file's bytes."""
+    refuse_wide(data, f"results file '{path}'")  # a spreadsheet's "Unicode text" save: text, not a foreign CSV
     text = data.decode("utf-8-sig", errors="replace")  # a spreadsheet's save adds a byte-order mark
     if not text.strip():
         raise UserError(f"results file '{path}' is empty", "delete it or point at a CSV written by ctxbench")
@@ -163,11 +164,12 @@ def _parse(path: Path, data: bytes) -> tuple[list[str], list[dict[str, str]]]:
     if missing:
         raise ForeignFile(
             f"'{path}' is not a ctxbench results CSV (missing columns: {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''})",
-            "give a CSV written by ctxbench ppl/passkey/sweep, or another --out (ctxbench never overwrites other files)",
+            "give a CSV written by ctxbench (ppl, passkey, sweep, ...)",
         )
     if len(set(header)) != len(header):
         dup = next(c for c in header if header.count(c) > 1)
-        raise UserError(f"'{path}' has the column '{dup}' twice", "remove the second one (a hand edit?)")
+        raise UserError(f"'{path}' has the column '{dup}' twice (two files joined side by side, or a column pasted in)",
+                        f"remove the second '{dup}' column: a results CSV names each column once")  # fmt: skip
     return header, _parse_rows(path, reader, header, text, line_offset=0)
 
 
@@ -389,8 +391,8 @@ class ResultsFile:
         self._damaged: tuple | None = None  # resume=False: stamp of an unreadable file to replace
         try:
             self._refresh()  # no lock needed to read: a rename swaps whole files
-        except ForeignFile:
-            raise  # not ours: never overwritten, whatever --resume says
+        except ForeignFile as exc:  # not ours: never overwritten, whatever --resume says
+            raise ForeignFile(exc.what, "choose another --out (ctxbench never overwrites other files)") from None
         except UserError:
             if resume:
                 raise

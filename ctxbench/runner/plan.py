@@ -31,6 +31,7 @@ class JobPlan:
     flops: float = 0.0  # of every forward and decoding step of the job
     decode_flops: float = 0.0  # the decoding steps' share of ``flops``
     done: int = 0  # cells the results file already holds: a run skips them, and the plan does not count them
+    options: tuple[str, ...] = ()  # the task's option names: advice names only knobs the command has
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
             trials = job.settings.max_trials
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(i.forward_count for i in items),
                            sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials=trials, auto=auto,
-                           flops=total_flops, decode_flops=total_decode))  # fmt: skip
+                           flops=total_flops, decode_flops=total_decode, options=tuple(job.task.option_names())))  # fmt: skip
         if todo is not None:
             out[-1] = replace(out[-1], done=len(todo.grid) - len(todo.cells))
     return Plan(model, tuple(out), basis, rate is not None, measured)
@@ -140,6 +141,22 @@ def interval_note(trials: int) -> str:
     )
 
 
+# What makes a run smaller, for the knobs a task has: (option, advice, flag and value, suite key and value)
+SMALLER = (
+    ("docs", "fewer documents", "--docs 1", "docs = 1"),
+    ("trials", "fewer trials", "--trials 2", "trials = 2"),
+)
+
+
+def smaller(plan: Plan) -> str:
+    """How to make ``plan`` smaller, naming only options its tasks have (ppl has no --trials,
+    passkey no --docs), each as the command line and a suite section say it."""
+    have = {o for j in plan.jobs for o in j.options}
+    tips = [("fewer or shorter lengths", "--len 2k,4k", 'lengths = ["2k", "4k"]')]
+    tips += [(what, flag, key) for option, what, flag, key in SMALLER if option in have]
+    return ", ".join(f"{what} ({flag}; in a suite {key})" for what, flag, key in tips)
+
+
 def print_plan(console, plan: Plan, out=None) -> None:
     """One line per job (with the interval width its trial count gives), and advice when the whole
     run is long."""
@@ -155,9 +172,7 @@ def print_plan(console, plan: Plan, out=None) -> None:
         elif j.trials:
             console.print(f"  [dim]{interval_note(j.trials)}[/]")
     if plan.timed and plan.seconds > LONG_RUN:
-        console.print(
-            f"[yellow]this run is estimated at {_minutes(plan.seconds)}: for a first look use fewer or shorter "
-            "lengths (--len 2k,4k), fewer documents (--docs 1) or trials (--trials 2); --dry-run shows the plan only[/]"
-        )
+        console.print(f"[yellow]this run is estimated at {_minutes(plan.seconds)}: for a first look use {smaller(plan)}; "
+                      "--dry-run shows the plan only[/]", highlight=False)  # fmt: skip
     if out is not None:  # where the rows go, as the filesystem names it (~ expanded)
         console.print(f"[dim]results -> {expand_path(out)} (finished cells are kept; rerun to resume)[/]", highlight=False)

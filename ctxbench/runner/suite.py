@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
 from ctxbench.errors import UserError, closest, unknown
-from ctxbench.parsing import check_name_lengths, expand_path, parse_factors, parse_lengths
+from ctxbench.parsing import check_name_lengths, decode_text, expand_path, parse_factors, parse_lengths
 from ctxbench.runner.grid import Job
 from ctxbench.runner.settings import (
     DEVICES,
@@ -50,6 +50,7 @@ from ctxbench.runner.settings import (
     method_entries,
 )
 from ctxbench.tasks import registry
+from ctxbench.tasks.options import suite_wording
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -102,11 +103,22 @@ def _check_keys(path: Path, where: str, got: dict, allowed: set[str]) -> None:
             raise _bad(path, f"unknown key '{key}' in {where}", f"{hint}allowed keys: {', '.join(sorted(allowed))}")
 
 
+def _suite_keys() -> dict[str, str]:
+    """Each task option's ``--flag`` (and old spelling) -> its suite key, and ``--len``/``--factor``
+    -> ``lengths``/``factors``: what an error worded for the command line is said as here."""
+    keys = {"--len": "lengths", "--factor": "factors"}
+    for task in registry().values():
+        for o in task.options:
+            keys.update({flag: o.name for flag in (o.cli_flag, *o.aliases)})
+    return keys
+
+
 def _value(path: Path, where: str, key: str, fn, value):
     try:
         return fn(value)
-    except UserError as exc:
-        raise _bad(path, f"bad {key} in {where}: {exc.what}", exc.fix) from None
+    except UserError as exc:  # worded for the command line: said with the suite's keys, which the user edits
+        keys = _suite_keys()
+        raise _bad(path, f"bad {key} in {where}: {suite_wording(exc.what, keys)}", suite_wording(exc.fix, keys)) from None
     except (TypeError, ValueError):
         raise _bad(path, f"bad {key} in {where}: {value!r}", f"see the suite format ({FORMAT_HINT})") from None
 
@@ -256,7 +268,7 @@ def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
     if not path.is_file():
         path = builtin_suite(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(decode_text(path.read_bytes(), f"suite file '{path}'", "give a TOML suite file"))
     except tomllib.TOMLDecodeError as exc:
         raise _bad(path, f"not valid TOML ({exc})", f"fix the syntax ({FORMAT_HINT})") from None
     except UnicodeDecodeError:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxbench.errors import UserError
+from ctxbench.parsing import decode_text
 
 # niah.py / variable_tracking.py, type_haystack == "noise": one haystack unit is this whole line.
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
@@ -64,12 +65,8 @@ def _read_text(path: Path) -> str:
         raw = path.read_bytes()
     except OSError as e:
         raise UserError(f"cannot read haystack '{path}': {e.strerror}", "check the file's permissions") from None
-    if b"\x00" in raw[:65536]:
-        raise UserError(f"haystack file '{path}' is binary, not text", "give .txt/.md prose or RULER's PaulGrahamEssays.json")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"haystack file '{path}' is not UTF-8 text (byte {e.start})", "convert it to UTF-8, e.g. iconv -t utf-8") from None
+    text = decode_text(raw, f"haystack file '{path}'", "give .txt/.md prose or RULER's PaulGrahamEssays.json",
+                       keep_bom=True)  # UTF-16 is text, not binary; the text as hashed before  # fmt: skip
     if path.suffix.lower() == ".json":
         import json
 

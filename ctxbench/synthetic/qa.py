@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxbench.errors import UserError, unknown
+from ctxbench.parsing import refuse_wide
 from ctxbench.synthetic.pieces import Frame, TooShort, encode, frame
 from ctxbench.synthetic.prompt import SyntheticPrompt
 
@@ -224,7 +225,9 @@ def _load_file(variant: str, path: str, mtime_ns: int, size: int) -> QAData:
     where = f"--qa-data '{Path(path).name}'"
     try:
         with open(path, "rb") as f:
-            obj = json.loads(f.read().decode("utf-8"))
+            raw = f.read()
+        refuse_wide(raw, where)  # UTF-16 text is not "not JSON": say what it is and how to convert it
+        obj = json.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise UserError(f"cannot read {where}: {exc.strerror}", "check the file's permissions") from None
     except (ValueError, UnicodeDecodeError) as exc:

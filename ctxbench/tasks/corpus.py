@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, Schema, cache_root, digest, discard, ignored, write_atomic
+from ctxbench.parsing import decode_text, refuse_wide
 
 if TYPE_CHECKING:
     import torch
@@ -84,10 +85,12 @@ def _records_texts(path: Path, records: list[dict], text_column: str) -> list[st
 
 
 def _read_local(path: Path, text_column: str) -> tuple[list[str], list[str]]:
+    raw = path.read_bytes() if path.suffix in (".txt", ".md", ".jsonl", ".json") else b""
+    refuse_wide(raw, f"dataset file '{path}'")  # UTF-16 read with errors="replace" would be scored as garbage
     if path.suffix in (".txt", ".md"):
-        return [path.name], [path.read_text(encoding="utf-8", errors="replace")]
+        return [path.name], [raw.decode("utf-8", errors="replace")]
     if path.suffix in (".jsonl", ".json"):
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = decode_text(raw, f"dataset file '{path}'", "give UTF-8 JSON lines").splitlines()
         try:
             records = [json.loads(line) for line in lines if line.strip()]
         except ValueError as exc:

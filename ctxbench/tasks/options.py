@@ -4,6 +4,9 @@ naming the flag and the fix."""
 
 from __future__ import annotations
 
+import json
+import re
+
 from ctxbench.errors import UserError, closest
 from ctxbench.tasks.base import Option
 
@@ -113,3 +116,41 @@ def depths_option(help: str):  # noqa: A002
     (the first release's explicit list) is kept as a hidden alias."""
 
     return Option("depths", help, parse_depths_option, identity=False, aliases=("--depth",), alias_parse=_explicit_depths)
+
+
+# ---- messages in a suite's words ----------------------------------------------------------------
+
+_NOT_VALUES = {"or", "and", "is", "are", "must", "bounds", "for", "to", "with", "the", "a", "an", "not", "only", "needs",
+               "places", "scores", "name", "names", "given", "slides", "of", "in", "as", "at", "be", "takes", "asks",
+               "counts", "was", "it", "than", "needle", "needles", "value", "list", "by", "on"}  # fmt: skip
+_LISTS = {"lengths", "factors", "metrics", "variants"}  # suite keys whose TOML value is a list
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: ('[^']*'|[\w.,:+/~=\[\]-]+))?")
+
+
+def suite_wording(text: str, keys: dict[str, str]) -> str:
+    """``text`` (an error's what or fix, worded for the command line) in a suite's words: each
+    ``--flag`` that ``keys`` maps to a suite key becomes that key, with its value as TOML writes it
+    (``--trials auto`` -> ``trials = "auto"``, ``--len 2k,4k`` -> ``lengths = ["2k", "4k"]``,
+    ``--param window=512`` -> ``params = { window = 512 }``). An option parser words its errors for
+    the command line, where most are raised; a suite's user never typed ``--trials`` and must be
+    told the key to edit and a value TOML accepts, so the fix they are given works when applied."""
+
+    def toml(key: str, value: str) -> str:
+        value = value.strip("'")
+        items = value.split(",") if key in _LISTS or "," in value else [value]
+        shown = [v if re.fullmatch(r"-?\d+(\.\d+)?([eE]-?\d+)?|true|false", v) else json.dumps(v) for v in items]
+        return f"[{', '.join(shown)}]" if key in _LISTS or len(shown) > 1 else shown[0]
+
+    def swap(m: re.Match) -> str:
+        flag, value = "--" + m.group(1), m.group(2)
+        if flag == "--param" and value and "=" in value:
+            name, _, v = value.partition("=")
+            return f"params = {{ {name} = {toml('', v)} }}"
+        if flag not in keys:
+            return m.group(0)
+        key = keys[flag]
+        if not value or value.strip("'").lower() in _NOT_VALUES or value.startswith("--"):
+            return key + (f" {value}" if value else "")
+        return f"{key} = {toml(key, value.rstrip('.,;'))}" + ("," if value.endswith(",") else "")
+
+    return _FLAG.sub(swap, text)

@@ -86,7 +86,7 @@ MALFORMED = {
 WORDS = {
     "empty": "empty", "only whitespace": "empty", "a foreign CSV": "not a ctxbench results CSV",
     "markdown notes": "not a ctxbench results CSV", "a JSON file": "not a ctxbench results CSV",
-    "binary garbage": "not a ctxbench results CSV", "UTF-16 text": "not a ctxbench results CSV",
+    "binary garbage": "not a ctxbench results CSV", "UTF-16 text": "is UTF-16 text, not UTF-8",
     "header without a needed column": "missing columns: run_id", "a column given twice": "the column 'metric' twice",
     "a row with too few fields": "has 3 fields", "a row with too many fields": "fields, expected",
     "cut off mid-row": "truncated", "no newline at the end": "does not end with a newline",
