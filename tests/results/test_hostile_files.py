@@ -244,7 +244,7 @@ OPTION_CASES = [
     ("passkey", "--len", "4k,,8k", "empty item"),
     ("passkey", "--len", "4k,4096", "given twice"),
     ("passkey", "--factor", "0.5", "must be >= 1"),
-    ("passkey", "--factor", "inf", "must be >= 1"),
+    ("passkey", "--factor", "inf", "not a finite number"),
     ("passkey", "--factor", "two", "not a number"),
     ("passkey", "--method", "yran", "did you mean 'yarn'"),
     ("passkey", "--method", "yarn,yarn", "given twice"),
