@@ -21,8 +21,10 @@ Two kinds of pair are judged differently:
   test on those trials (:mod:`ctxbench.report.paired`, p < 0.05); otherwise the two 95% intervals must
   not overlap (:func:`ctxbench.stats.changed_beyond_noise`).
 
-Whatever the kind: a value that is NaN, infinite or not a number in NEW where BASE had a number
-*failed*; a cell that failed in NEW (``oom``) or is missing from NEW fails; a cell left partial
+Whatever the kind: a value no run can produce (outside its metric's domain or its own interval,
+:func:`ctxbench.tasks.base.check_records`) in either file is refused before anything is judged,
+naming the file and the cell (exit 2); a value that is NaN, infinite or not a number in NEW where
+BASE had a number *failed*; a cell that failed in NEW (``oom``) or is missing from NEW fails; a cell left partial
 by a hand edit is not compared (a note names it); an effective length that shrank is *worse*.
 Cells of different dtypes never match: a note says so instead of comparing bf16 with float32
 (they show as missing/new, so the gate fails). ``across_dtypes`` (``--across-dtypes``) matches them
