@@ -322,6 +322,8 @@ class Domain:
             return value in self.values
         if self.lo <= value <= self.hi:
             return not self.whole or value.is_integer()
+        if math.isinf(value):
+            return False  # no slack past an infinity
         slack = 1e-9 * max(1.0, abs(value))
         return self.lo - slack <= value <= self.hi + slack and (not self.whole or value.is_integer())
 
@@ -402,11 +404,14 @@ def domain_reason(record: dict, tasks: dict | None, domains: dict | None = None)
 
 
 def _outside(name: str, raw, d: Domain) -> str:
-    """``name raw is outside d (meaning)`` when ``raw`` is a finite number outside ``d``, else ``""``."""
+    """``name raw is outside d (meaning)`` when ``raw`` is a number (not NaN) outside ``d``, else ``""``."""
     if raw is None or raw == "":
         return ""
-    value = _finite(raw)
-    if value is None or d.holds(value):
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return ""  # text has its own path in each reader
+    if math.isnan(value) or d.holds(value):  # NaN too; an infinity is judged (-inf is no perplexity)
         return ""
     return f"{name} {raw} is outside {d}" + (f" ({d.meaning})" if d.meaning else "")
 

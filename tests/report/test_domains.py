@@ -353,3 +353,10 @@ def test_nan_inf_and_text_keep_their_own_path():
     rows = [{"task": "ppl", "metric": "ppl", "value": v, "status": "ok"} for v in ("nan", "inf", "n/a", "")]
     check_records(rows, None)
     assert not PERPLEXITY.holds(0.999) and PERPLEXITY.holds(1.0) and PERPLEXITY.holds(1 - 1e-12)  # float rounding
+
+
+def test_a_minus_infinite_perplexity_is_refused_not_shown_as_the_best():
+    from ctxbench.tasks.base import PERPLEXITY, _outside
+
+    assert "outside" in _outside("ppl", "-inf", PERPLEXITY)
+    assert _outside("ppl", "nan", PERPLEXITY) == ""  # NaN keeps its own path (a failed cell)
