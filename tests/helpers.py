@@ -193,3 +193,31 @@ def scripted_lm(tokenizer, script: dict):
 
     return LoadedModel(ScriptedLM(script), tokenizer, RopeGeometry(head_dim=16, rotary_dim=16, base=10000.0, trained_len=TRAINED),
                        name="scripted", digest="scripted", device="cpu", dtype="float32")  # fmt: skip
+
+
+def cli_main(argv, monkeypatch, capsys) -> tuple[int, str, str]:
+    """``ctxbench ARGV`` in-process through ``main`` (its error handling included, so exit codes and
+    the one-line errors are the command's own): (code, stdout, stderr)."""
+    import sys
+
+    from ctxbench.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["ctxbench", *argv])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_error_line(code, stderr, words) -> str:
+    """The single ``error: what — fix`` line of a refusal (exit 2, no traceback), holding ``words``."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, stderr
+    assert "Traceback" not in stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and " — " in lines[0], stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 
 import pytest
+from helpers import cli_main
 
 from tests.helpers import DATA, RESULTS
 
@@ -66,18 +66,6 @@ def _iconv(path, encoding: str, out) -> None:
 def _snapshot(folder) -> dict:
     return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and ".cache" not in p.parts}
 
-
-def _main(argv, monkeypatch, capsys) -> tuple[int, str, str]:
-    from ctxbench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["ctxbench", *argv])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 DRY = ["--dry-run"]
@@ -176,7 +164,7 @@ ICONV = {"r16.utf8.csv": ("r16.csv", "UTF-16"), "essay16.utf8.txt": ("essay16.tx
 @pytest.mark.parametrize(("argv", "words", "hint", "fixed"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_hostile_input_is_one_line_and_its_fix_works(workdir, monkeypatch, capsys, argv, words, hint, fixed):
     before = _snapshot(workdir)
-    code, out, err = _main(argv, monkeypatch, capsys)
+    code, out, err = cli_main(argv, monkeypatch, capsys)
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, err
     assert "Traceback" not in err and len(lines) == 1 and lines[0].startswith("error: ") and " — " in lines[0], err
@@ -193,7 +181,7 @@ def test_hostile_input_is_one_line_and_its_fix_works(workdir, monkeypatch, capsy
             source, encoding = ICONV[new]
             assert f"iconv -f {encoding} -t UTF-8" in fix
             _iconv(workdir / source, encoding, workdir / new)
-    code, out, err = _main(fixed, monkeypatch, capsys)
+    code, out, err = cli_main(fixed, monkeypatch, capsys)
     assert code == 0, err
 
 
@@ -208,17 +196,17 @@ def test_a_repeated_metrics_flag_keeps_every_value(workdir):
 
 
 def test_repeated_metrics_plan_both(workdir, monkeypatch, capsys):
-    code, one, _ = _main(["ppl", "--metrics", "kl,longppl", *DRY], monkeypatch, capsys)
-    code2, two, _ = _main(["ppl", "--metrics", "kl", "--metrics", "longppl", *DRY], monkeypatch, capsys)
+    code, one, _ = cli_main(["ppl", "--metrics", "kl,longppl", *DRY], monkeypatch, capsys)
+    code2, two, _ = cli_main(["ppl", "--metrics", "kl", "--metrics", "longppl", *DRY], monkeypatch, capsys)
     assert code == code2 == 0 and one.splitlines()[0] == two.splitlines()[0]
-    _, kl_only, _ = _main(["ppl", "--metrics", "longppl", *DRY], monkeypatch, capsys)
+    _, kl_only, _ = cli_main(["ppl", "--metrics", "longppl", *DRY], monkeypatch, capsys)
     assert kl_only.splitlines()[0] != two.splitlines()[0]
 
 
 @pytest.mark.parametrize("spelling", ["--out=~/r.csv", "~/r.csv"])
 def test_a_tilde_in_out_is_the_home_folder(workdir, monkeypatch, capsys, spelling):
     argv = ["ppl", *([spelling] if spelling.startswith("--") else ["--out", spelling]), *DRY]
-    code, out, err = _main(argv, monkeypatch, capsys)
+    code, out, err = cli_main(argv, monkeypatch, capsys)
     assert code == 0, err
     assert f"results -> {workdir / 'home' / 'r.csv'}" in out
 
@@ -232,7 +220,7 @@ def test_a_tilde_in_a_suite_and_in_report_paths(workdir, monkeypatch, capsys):
     assert read_records("~/r.csv")
     assert load_suite("~/s.toml").out == "~/out.csv"
     check_writable("~/out.csv")  # the folder is the home folder, which exists
-    code, _, err = _main(["report", "~/r.csv"], monkeypatch, capsys)
+    code, _, err = cli_main(["report", "~/r.csv"], monkeypatch, capsys)
     assert code == 0, err
 
 

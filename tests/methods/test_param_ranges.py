@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 
 import pytest
+from helpers import cli_main, one_error_line
 
 from ctxbench.errors import UserError
 from ctxbench.methods import METHODS, check_derived, resolve
@@ -31,28 +31,7 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _main(argv, monkeypatch, capsys) -> tuple[int, str, str]:
-    """``ctxbench ARGV`` in-process through ``main`` (its error handling included): (code, stdout, stderr)."""
-    from ctxbench.cli import main
 
-    monkeypatch.setattr(sys, "argv", ["ctxbench", *argv])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def _one_line(code, stderr, words) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert code == 2, stderr
-    assert "Traceback" not in stderr
-    assert len(lines) == 1 and lines[0].startswith("error: ") and " — " in lines[0], stderr
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
 
 
 def _argv(command, method, params, factor, engine):
@@ -148,11 +127,11 @@ CASES = [
                          ids=[f"{c}-{m}:{'&'.join(p) or 'factor=' + f}" + (f"-{e}" if e else "") for c, m, p, f, e, _ in CASES])  # fmt: skip
 def test_a_value_past_its_meaning_is_one_line_and_its_fix_works(workdir, monkeypatch, capsys, command, method, params, factor,
                                                                engine, words):  # fmt: skip
-    code, out, err = _main(_argv(command, method, params, factor, engine), monkeypatch, capsys)
-    line = _one_line(code, err, words)
+    code, out, err = cli_main(_argv(command, method, params, factor, engine), monkeypatch, capsys)
+    line = one_error_line(code, err, words)
     assert out == ""  # nothing printed before the refusal: no half export, no Infinity
     fixed_params, fixed_factor = _apply_fix(line, params, factor)
-    code, out, err = _main(_argv(command, method, fixed_params, fixed_factor, engine), monkeypatch, capsys)
+    code, out, err = cli_main(_argv(command, method, fixed_params, fixed_factor, engine), monkeypatch, capsys)
     assert code == 0, (line, err)
     assert "Infinity" not in out and "NaN" not in out
     if engine in ("json", "transformers"):
@@ -167,9 +146,9 @@ def test_cases_cover_every_numeric_parameter_at_its_high_end():
 
 def test_a_base_past_float32_blames_the_model_and_a_real_base_works(workdir, monkeypatch, capsys):
     argv = ["freqs", "--method", "ntk", "--factor", "2", "--head-dim", "64", "--trained-len", "4k", "--base"]
-    code, _, err = _main([*argv, "1e300"], monkeypatch, capsys)
-    _one_line(code, err, ["rope base b = 1e+300", "whatever its parameters", "rope_theta"])
-    assert _main([*argv, "1e4"], monkeypatch, capsys)[0] == 0
+    code, _, err = cli_main([*argv, "1e300"], monkeypatch, capsys)
+    one_error_line(code, err, ["rope base b = 1e+300", "whatever its parameters", "rope_theta"])
+    assert cli_main([*argv, "1e4"], monkeypatch, capsys)[0] == 0
 
 
 # ---- the mechanism: finite ranges, and every value in them gives finite numbers or one error --------

@@ -16,7 +16,7 @@ import time
 
 import pytest
 import torch
-from helpers import byte_tokenizer, run_settings, save_with_tokenizer, tiny_llama
+from helpers import byte_tokenizer, one_error_line, run_settings, save_with_tokenizer, tiny_llama
 
 from ctxbench.results import COLUMNS
 
@@ -47,14 +47,6 @@ def _main(argv, monkeypatch, capsys) -> tuple[int, str, str, float]:
     return code, captured.out, captured.err, seconds
 
 
-def _one_line(code, stderr, words) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert code == 2, stderr
-    assert "Traceback" not in stderr
-    assert len(lines) == 1 and lines[0].startswith("error: ") and " — " in lines[0], stderr
-    for word in words:
-        assert word in lines[0], (word, lines[0])
-    return lines[0]
 
 
 def _fixed(line: str, params: list[str], factor: str) -> tuple[list[str], str]:
@@ -103,11 +95,11 @@ def test_dry_run_refuses_what_the_run_refuses_in_the_same_words(workdir, saved_m
                                                                 factor, words):  # fmt: skip
     before = (workdir / "results.csv").read_bytes()
     code, out, err, seconds = _main(_argv(task, saved_model, method, params, factor, dry=True), monkeypatch, capsys)
-    line = _one_line(code, err, words)
+    line = one_error_line(code, err, words)
     assert "cells" not in out and "results ->" not in out  # refused before the plan
     TIMES[f"{task} {method} {' '.join(params) or factor}"] = seconds
     code, out, err, run_seconds = _main(_argv(task, saved_model, method, params, factor, dry=False), monkeypatch, capsys)
-    assert _one_line(code, err, words) == line and out == ""  # the run: the same line, before loading anything
+    assert one_error_line(code, err, words) == line and out == ""  # the run: the same line, before loading anything
     assert (workdir / "results.csv").read_bytes() == before
     fixed, fixed_factor = _fixed(line, params, factor)
     code, out, err, _ = _main(_argv(task, saved_model, method, fixed, fixed_factor, dry=True), monkeypatch, capsys)
@@ -121,7 +113,7 @@ def test_a_suite_dry_run_refuses_before_its_plan_table(workdir, saved_model, mon
             '[ppl]\nlengths = [64]\nfactors = [2]\n')  # fmt: skip
     suite.write_text(text)
     code, out, err, seconds = _main(["sweep", str(suite), "--dry-run", "--out", "results.csv"], monkeypatch, capsys)
-    _one_line(code, err, ["dca local_window 40 must be < chunk_size 32"])
+    one_error_line(code, err, ["dca local_window 40 must be < chunk_size 32"])
     assert out == ""  # no plan table
     suite.write_text(text.replace("local_window = 40", "local_window = 0"))
     assert _main(["sweep", str(suite), "--dry-run", "--out", "results.csv"], monkeypatch, capsys)[0] == 0
@@ -167,7 +159,7 @@ def test_a_nan_perplexity_is_a_failed_cell_and_resume_runs_it_again(tmp_path, co
     assert again.failed == 4 and again.skipped == 0  # a failed cell is not done: resume runs it again
 
 
-def test_a_run_with_a_nan_cell_exits_1_with_one_line(tmp_path, corpus_dir, monkeypatch, capsys):
+def test_a_run_with_a_nan_cell_exits_1_withone_error_line(tmp_path, corpus_dir, monkeypatch, capsys):
     model = save_with_tokenizer(_nan_model(), tmp_path / "nan-model")
     capsys.readouterr()  # the save's progress bar
     out = tmp_path / "r.csv"
