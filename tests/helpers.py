@@ -221,3 +221,8 @@ def one_error_line(code, stderr, words) -> str:
     for word in words:
         assert word in lines[0], (word, lines[0])
     return lines[0]
+
+
+def expanded_forwards(item) -> tuple[int, ...]:
+    """A plan item's forwards one entry per run (``CostItem`` states a repeated forward once, with its count)."""
+    return tuple(tokens for tokens, _, times in item.runs() for _ in range(times))

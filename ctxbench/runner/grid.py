@@ -467,6 +467,8 @@ def non_finite(measurements: list[Measurement]) -> str | None:
     for m in measurements:
         if m.status != "ok" or isinstance(m.value, (str, bool)) or m.value is None:
             continue
+        if m.tokens == 0 or m.metric.endswith(("_lo", "_hi")) and m.extra.get("interval", "").startswith("none"):
+            continue  # undefined by construction, not an overflow: a mean over no tokens, no interval of one value
         value = float(m.value)  # a Python or NumPy number
         if not math.isfinite(value):
             where = "".join(f" {k} {v}" for k, v in (("trial", m.trial), ("doc", m.doc)) if v != "")
