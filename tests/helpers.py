@@ -206,8 +206,8 @@ def cli_main(argv, monkeypatch, capsys) -> tuple[int, str, str]:
     try:
         main()
         code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
+    except SystemExit as exc:  # as Python exits: None is 0, a message 1
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -226,3 +226,24 @@ def one_error_line(code, stderr, words) -> str:
 def expanded_forwards(item) -> tuple[int, ...]:
     """A plan item's forwards one entry per run (``CostItem`` states a repeated forward once, with its count)."""
     return tuple(tokens for tokens, _, times in item.runs() for _ in range(times))
+
+
+def read_csv(path) -> tuple[list[str], list[dict]]:
+    """A CSV file's header and rows, as text."""
+    import csv
+
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames), list(reader)
+
+
+def csv_text(header: list[str], rows: list[dict]) -> str:
+    """Rows written back as CSV text (for hand edits of results files)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()

@@ -15,13 +15,9 @@ import csv
 import io
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
-from helpers import RESULTS
-
-from ctxbench.cli import main
+from helpers import RESULTS, cli_main, csv_text, read_csv
 
 BASELINE = RESULTS / "baseline-nightly.csv"  # ppl, passkey and niah cells, with answer_nll
 PROXIES = RESULTS / "proxies-smollm2-16k.csv"  # ppl cells with longppl and kl
@@ -30,29 +26,6 @@ IDENTITY_COLUMNS = ("model_digest", "data_digest", "task", "method", "label", "m
                     "depth", "variant", "seed", "dtype", "options")  # fmt: skip
 
 
-def _cli(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ctxbench", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def _read(path: Path) -> tuple[list[str], list[dict]]:
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        return list(reader.fieldnames), list(reader)
-
-
-def _csv(header: list[str], rows: list[dict]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
 
 
 def _cell(r: dict) -> tuple:
@@ -128,7 +101,7 @@ EDITS = [
 def _edited(edit) -> tuple[str, dict]:
     """The file with one row edited, and that row as edited."""
     _, path, which, column, value, _ = edit
-    header, rows = _read(path)
+    header, rows = read_csv(path)
     i = next(i for i, r in enumerate(rows) if which(r))
     row = dict(rows[i])
     if column == "task+value":
@@ -144,14 +117,14 @@ def _edited(edit) -> tuple[str, dict]:
     else:
         row[column] = value
     rows[i] = row
-    return _csv(header, rows), row
+    return csv_text(header, rows), row
 
 
 def _without_cell(content: str, row: dict) -> str:
     """The fix the message gives, applied: every row of the broken row's cell deleted."""
     reader = csv.DictReader(io.StringIO(content))
     header = list(reader.fieldnames)
-    return _csv(header, [r for r in reader if _cell(r) != _cell(row)])
+    return csv_text(header, [r for r in reader if _cell(r) != _cell(row)])
 
 
 READERS = {
@@ -183,7 +156,7 @@ def test_an_out_of_domain_value_is_refused_by_every_reader(tmp_path, monkeypatch
     path = tmp_path / "edited.csv"
     path.write_text(content)
     before = path.read_bytes()
-    code, out, err = _cli(READERS[reader](path, row), monkeypatch, capsys)
+    code, out, err = cli_main(READERS[reader](path, row), monkeypatch, capsys)
     assert code == 2, (out, err)
     line = _one_line(err)
     assert edit[5] in line, line
@@ -215,7 +188,7 @@ def test_the_fix_the_message_gives_works(tmp_path, monkeypatch, capsys, edit):
     content, row = _edited(edit)
     path = tmp_path / "fixed.csv"
     path.write_text(_without_cell(content, row))
-    code, out, err = _cli(["report", str(path), "--format", "markdown"], monkeypatch, capsys)
+    code, out, err = cli_main(["report", str(path), "--format", "markdown"], monkeypatch, capsys)
     assert code == 0, err
     assert "error" not in err and out.strip()
 
@@ -224,7 +197,7 @@ def test_the_fix_works_for_compare_too(tmp_path, monkeypatch, capsys):
     content, row = _edited(EDITS[0])
     path = tmp_path / "fixed.csv"
     path.write_text(_without_cell(content, row))
-    code, out, err = _cli(["compare", str(BASELINE), str(path), "--format", "markdown"], monkeypatch, capsys)
+    code, out, err = cli_main(["compare", str(BASELINE), str(path), "--format", "markdown"], monkeypatch, capsys)
     assert code == 1, err  # judged: the deleted cell is missing from NEW until it runs again
     assert "cell missing from NEW" in out and not err.strip()
 
@@ -247,17 +220,17 @@ def test_every_committed_results_file_passes_every_reader(monkeypatch, capsys, p
 
     check_records(read_records(path), registry())  # the pivot, compare, rank and the plots all call this
     before = path.read_bytes()
-    code, out, err = _cli(["report", str(path), "--format", "json"], monkeypatch, capsys)
+    code, out, err = cli_main(["report", str(path), "--format", "json"], monkeypatch, capsys)
     assert code == 0, err
     _strict(out)
-    code, out, err = _cli(["compare", str(path), str(path), "--format", "markdown"], monkeypatch, capsys)
+    code, out, err = cli_main(["compare", str(path), str(path), "--format", "markdown"], monkeypatch, capsys)
     assert code == 0, err
     assert "PASS" in out
     assert path.read_bytes() == before
 
 
 def test_rank_passes_on_a_committed_file(monkeypatch, capsys):
-    code, out, err = _cli(["rank", str(BASELINE), "--len", "8k", "--format", "json"], monkeypatch, capsys)
+    code, out, err = cli_main(["rank", str(BASELINE), "--len", "8k", "--format", "json"], monkeypatch, capsys)
     assert code == 0, err
     data = _strict(out)
     assert data and all(row[i] is None for r in data for i, row in enumerate(r["p_holm"]))  # the diagonal
@@ -268,11 +241,11 @@ def test_rank_passes_on_a_committed_file(monkeypatch, capsys):
 
 
 def test_report_json_writes_null_with_a_reason_for_a_nan_cell(tmp_path, monkeypatch, capsys):
-    header, rows = _read(BASELINE)
+    header, rows = read_csv(BASELINE)
     nan = [{**r, "value": "nan"} if _agg("ppl", "ppl", "yarn")(r) else r for r in rows]
     path = tmp_path / "nan.csv"
-    path.write_text(_csv(header, nan))
-    code, out, err = _cli(["report", str(path), "--format", "json"], monkeypatch, capsys)
+    path.write_text(csv_text(header, nan))
+    code, out, err = cli_main(["report", str(path), "--format", "json"], monkeypatch, capsys)
     assert code == 0, err
     assert "NaN" not in out.replace('"NaN:', "") and "Infinity" not in out.replace('Infinity:', "")
     data = _strict(out)

@@ -8,51 +8,28 @@ Run in-process through ``ctxbench.cli.main`` (the CLI's one error path) for spee
 
 from __future__ import annotations
 
-import csv
-import io
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import DATA, ROOT
-
-from ctxbench.cli import main
+from helpers import DATA, ROOT, cli_main, csv_text, read_csv
 
 BASELINE = ROOT / "results" / "baseline-nightly.csv"
 OLD = DATA / "results-0.1.0.csv"
 
 
-def _cli(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ctxbench", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
 
 def _header_and_rows() -> tuple[list[str], list[dict]]:
-    with BASELINE.open(newline="") as f:
-        reader = csv.DictReader(f)
-        return list(reader.fieldnames), list(reader)
+    return read_csv(BASELINE)
 
-
-def _csv(header: list[str], rows: list[dict]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
 
 
 def _edit(column: str, value: str, where=lambda r: r["task"] == "ppl" and r["doc"] == "all") -> str:
     header, rows = _header_and_rows()
     hit = next(i for i, r in enumerate(rows) if where(r))
     rows[hit] = {**rows[hit], column: value}
-    return _csv(header, rows)
+    return csv_text(header, rows)
 
 
 GOOD = BASELINE.read_text()
@@ -118,7 +95,7 @@ COMMANDS = {
 def test_a_malformed_results_file_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, name, command):
     bad = _write(tmp_path / "bad.csv", MALFORMED[name])
     before = bad.read_bytes()
-    code, _, err = _cli(COMMANDS[command](bad), monkeypatch, capsys)
+    code, _, err = cli_main(COMMANDS[command](bad), monkeypatch, capsys)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2, err
     assert len(lines) == 1 and lines[0].startswith("error: ") and " — " in lines[0], err
@@ -129,18 +106,18 @@ def test_a_malformed_results_file_is_one_line_and_exit_2(tmp_path, monkeypatch, 
 # Hand edits that leave a readable file: never a traceback, never a partial cell shown as whole.
 def _drop(predicate) -> str:
     header, rows = _header_and_rows()
-    return _csv(header, [r for r in rows if not predicate(r)])
+    return csv_text(header, [r for r in rows if not predicate(r)])
 
 
 def _dup(predicate) -> str:
     header, rows = _header_and_rows()
     extra = [r for r in rows if predicate(r)][:1]
-    return _csv(header, rows + extra)
+    return csv_text(header, rows + extra)
 
 
 def _set(column: str, value: str, predicate) -> str:
     header, rows = _header_and_rows()
-    return _csv(header, [{**r, column: value} if predicate(r) else r for r in rows])
+    return csv_text(header, [{**r, column: value} if predicate(r) else r for r in rows])
 
 
 def _yarn_passkey_4k(r):
@@ -163,8 +140,8 @@ EDITED = [
     ("a task renamed to one not installed", _set("task", "mytask", _yarn_passkey_4k), 0, ""),
     ("a method renamed to one not known", _set("method", "fancy", _yarn_passkey_4k), 0, ""),
     ("a label emptied", _set("label", "", lambda r: r["task"] == "ppl"), 0, ""),
-    ("columns reordered", _csv(list(reversed(_header_and_rows()[0])), _header_and_rows()[1]), 0, ""),
-    ("a user's own column added", _csv([*_header_and_rows()[0], "note"], _header_and_rows()[1]), 0, ""),
+    ("columns reordered", csv_text(list(reversed(_header_and_rows()[0])), _header_and_rows()[1]), 0, ""),
+    ("a user's own column added", csv_text([*_header_and_rows()[0], "note"], _header_and_rows()[1]), 0, ""),
     ("Windows line endings", GOOD.replace("\n", "\r\n"), 0, ""),
     ("a byte-order mark", "\ufeff" + GOOD, 0, ""),
     ("latin-1 bytes in an answer", GOOD.replace(",12345,", ",caf\xe9,").encode("latin-1", errors="replace"), 0, ""),
@@ -176,7 +153,7 @@ EDITED = [
 def test_a_hand_edited_file_reports_without_a_traceback(tmp_path, monkeypatch, capsys, name, content, code, words):
     path = _write(tmp_path / "edited.csv", content)
     before = path.read_bytes()
-    got, _, err = _cli(["report", str(path), "--format", "markdown"], monkeypatch, capsys)
+    got, _, err = cli_main(["report", str(path), "--format", "markdown"], monkeypatch, capsys)
     assert got == code, err
     assert "Traceback" not in err
     assert (words in err) if words else err.strip() == ""
@@ -187,7 +164,7 @@ def test_a_hand_edited_file_reports_without_a_traceback(tmp_path, monkeypatch, c
 def test_a_hand_edited_file_compares_without_a_traceback(tmp_path, monkeypatch, capsys, name, content, code, words):
     path = _write(tmp_path / "edited.csv", content)
     before = path.read_bytes()
-    got, out, err = _cli(["compare", str(BASELINE), str(path), "--format", "markdown"], monkeypatch, capsys)
+    got, out, err = cli_main(["compare", str(BASELINE), str(path), "--format", "markdown"], monkeypatch, capsys)
     assert got in (0, 1), err  # a verdict, never a crash
     assert "Traceback" not in err and out.startswith("### ctxbench compare:")
     assert path.read_bytes() == before
@@ -195,7 +172,7 @@ def test_a_hand_edited_file_compares_without_a_traceback(tmp_path, monkeypatch, 
 
 def test_a_nan_headline_fails_compare(tmp_path, monkeypatch, capsys):
     path = _write(tmp_path / "nan.csv", dict((e[0], e[1]) for e in EDITED)["a value edited to nan"])
-    code, out, _ = _cli(["compare", str(BASELINE), str(path), "--format", "markdown"], monkeypatch, capsys)
+    code, out, _ = cli_main(["compare", str(BASELINE), str(path), "--format", "markdown"], monkeypatch, capsys)
     assert code == 1 and "**failed**" in out and "value is nan in NEW" in out
 
 
@@ -258,7 +235,7 @@ def test_a_bad_task_option_is_one_line_before_anything_loads(tmp_path, monkeypat
     out = tmp_path / "r.csv"
     out.write_bytes(OLD.read_bytes())
     before = out.read_bytes()
-    code, stdout, err = _cli([task, flag, *value.split(" ", 1)[:1], *value.split(" ")[1:], "--dry-run", "--out", str(out)], monkeypatch, capsys)
+    code, stdout, err = cli_main([task, flag, *value.split(" ", 1)[:1], *value.split(" ")[1:], "--dry-run", "--out", str(out)], monkeypatch, capsys)
     if words is None:
         assert code == 0, err
         return
@@ -271,20 +248,20 @@ def test_a_bad_task_option_is_one_line_before_anything_loads(tmp_path, monkeypat
 
 
 def test_the_old_depth_spelling_is_an_explicit_list_with_a_deprecation_note(monkeypatch, capsys):
-    code, out, err = _cli(["passkey", "--depth", "1", "--len", "4k", "--dry-run"], monkeypatch, capsys)
+    code, out, err = cli_main(["passkey", "--depth", "1", "--len", "4k", "--dry-run"], monkeypatch, capsys)
     assert code == 0, err
     assert err.strip() == "note: --depth is deprecated and will be removed in a later release; use --depths"
     assert "5 cells" not in out  # one depth (1.0), not 5 evenly spaced
 
 
 def test_the_old_and_new_depth_spellings_together_are_refused(monkeypatch, capsys):
-    code, _, err = _cli(["passkey", "--depth", "0.5", "--depths", "3", "--dry-run"], monkeypatch, capsys)
+    code, _, err = cli_main(["passkey", "--depth", "0.5", "--depths", "3", "--dry-run"], monkeypatch, capsys)
     assert code == 2 and "give --depths or --depth, not both" in err
 
 
 def test_a_non_results_file_is_not_overwritten_even_with_no_resume(tmp_path, monkeypatch, capsys):
     notes = _write(tmp_path / "notes.md", "# my notes\n")
-    code, _, err = _cli(["passkey", "--len", "4k", "--out", str(notes), "--no-resume", "--model", "someorg/not-downloaded"],
+    code, _, err = cli_main(["passkey", "--len", "4k", "--out", str(notes), "--no-resume", "--model", "someorg/not-downloaded"],
                         monkeypatch, capsys)  # fmt: skip
     assert code == 2 and "not a ctxbench results CSV" in err and "never overwrites" in err
     assert notes.read_text() == "# my notes\n"
