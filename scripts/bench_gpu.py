@@ -10,7 +10,7 @@ It prints, per length: seconds, achieved TFLOP/s as a fraction of the measured b
 (FLOPs as ctxbench's cost model counts them), peak memory, the attention path each method ran
 (``extra.attention_kernel`` in rows: ``whole-flash+cudnn``, ``block-efficient``, ...), its time
 relative to plain SDPA (the default backend and each one forced), the plan's estimate of a forward
-(ctxbench's rate from one 1024-token calibration forward) against the real time, and at the first
+(ctxbench's rates, fitted from calibration forwards of 1024 and 4096 tokens) against the real time, and at the first
 length each method's |delta NLL| between the whole-sequence path and the block partition. What runs
 out of memory is said so and skipped; ``--budget`` stops starting new measurements after that many
 seconds and says what it left out. Markdown tables, so the output can be pasted into the docs.
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         from ctxbench.runner.costmodel import measured_rate
 
         rate = measured_rate(lm)
-        plan = lambda n: rate.seconds(size.forward_flops(n))  # noqa: E731
+        plan = lambda n: rate.seconds(size.forward_parts(n))  # noqa: E731
     except Exception as exc:  # noqa: BLE001
         print(f"plan estimate unavailable: {type(exc).__name__}: {exc}")
         plan = None

@@ -5,7 +5,7 @@ The one place ctxbench derives a model's size; :mod:`ctxbench.runner.costmodel` 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, astuple, dataclass, replace
 
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, dataclass_fields, positive_number
@@ -13,6 +13,34 @@ from ctxbench.model.files import ALIASES, _file_key, hub_offline, load_config, l
 
 # Families whose MLP is two matrices (up, down) rather than three (gate, up, down).
 NOT_GATED = ("gpt2", "gpt_neox", "gpt_neo", "gptj", "bloom", "opt", "falcon", "mpt", "codegen", "phi")
+
+
+@dataclass(frozen=True)
+class Flops:
+    """FLOPs split by how their time grows: ``linear`` (the weights and the output head, in
+    proportion to the tokens) and ``attention`` (QK^T and PV, with the square of the context) of
+    forwards, and the same two parts of one-token decoding steps, which run at other rates."""
+
+    linear: float = 0.0
+    attention: float = 0.0
+    decode_linear: float = 0.0
+    decode_attention: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.linear + self.attention + self.decode_linear + self.decode_attention
+
+    @property
+    def decode(self) -> float:
+        return self.decode_linear + self.decode_attention
+
+    def __add__(self, other: Flops) -> Flops:
+        return Flops(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    def __mul__(self, k: float) -> Flops:
+        return Flops(*(k * a for a in astuple(self)))
+
+    __rmul__ = __mul__
 
 
 @dataclass(frozen=True)
@@ -31,13 +59,22 @@ class ModelSize:
         """FLOPs of a forward of ``n`` tokens after ``cached`` tokens already in the KV cache; the
         output head on ``head_tokens`` of them (default all). The new tokens attend to the cache as
         well as to each other: causal attention over ``cached + n`` minus that over ``cached``."""
+        return self.forward_parts(n, head_tokens, cached).total
+
+    def forward_parts(self, n: int, head_tokens: int | None = None, cached: int = 0) -> Flops:
+        """:meth:`forward_flops` split into its linear part (weights, head) and its attention."""
         head = n if head_tokens is None else head_tokens
         attention = 2 * self.layers * self.hidden * ((cached + n) ** 2 - cached**2)
-        return 2 * self.params * n + attention + 2 * self.vocab * self.hidden * head
+        return Flops(linear=2 * self.params * n + 2 * self.vocab * self.hidden * head, attention=attention)
 
     def step_flops(self, context: int) -> float:
         """FLOPs of one decoding step with ``context`` cached tokens (one query, head on it)."""
-        return 2 * self.params + 4 * self.layers * self.hidden * context + 2 * self.vocab * self.hidden
+        return self.step_parts(context).total
+
+    def step_parts(self, context: int) -> Flops:
+        """:meth:`step_flops` split into its linear part and its attention over the cache."""
+        return Flops(decode_linear=2 * self.params + 2 * self.vocab * self.hidden,
+                     decode_attention=4 * self.layers * self.hidden * context)  # fmt: skip
 
     @classmethod
     def from_config(cls, config, name: str = "") -> ModelSize:

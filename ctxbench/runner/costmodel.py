@@ -12,29 +12,36 @@ A forward of ``n`` new tokens after ``c`` cached ones (a suffix after a shared h
 attention term ``2 layers H ((c + n)^2 - c^2)``; a decoding step with ``c`` cached tokens costs
 ``2 P + 4 layers H c + 2 V H``.
 
-The throughput is the model's achieved FLOP/s on a device, not the hardware peak, for forwards
-and, separately, for decoding steps (latency-bound: 20 times fewer FLOP/s on a CPU): measured once
-per (device, dtype, model) with a short calibration forward and a few steps of the loaded model on
-its first run, and cached (see :func:`measured_rate`). Until then the default model on a CPU uses
-:data:`DEFAULT_CPU` (the 2-core CPU ctxbench is developed on: 12 s for a 4k forward, about 100 s
-at 16k; 46 ms a step at 1k of context); anything else gets tokens and FLOPs but no time. Loading
-the model and tokenising are not counted.
+Time is fitted, per part, from measurements at two lengths: the linear part (weights and head)
+and the attention part (quadratic in the context) run at different rates (on a GPU the weights'
+matmuls of a small model are far from the peak while long attention is not; on a CPU attention is
+the slower half), so one rate from one length misplans every other length: a plan priced at one
+1024-token forward on an H100 said 2.2 min for a grid that took 23 s. A forward of ``n`` tokens takes
+
+    seconds(n) = linear_flops(n) / R_linear  +  attention_flops(n) / R_attention
+
+with the two rates solved from forwards of 1024 and 4096 tokens (:func:`fit`), and the same for
+decoding steps from steps on caches of those two sizes (latency-bound: 20 times fewer FLOP/s on a
+CPU). Why 1024 and 4096: attention is 14% of a 1k forward's FLOPs and 40% of a 4k one's for the
+default model, enough spread to separate the two rates, and the pair costs about 6 s of a 2-core
+CPU in float32 (8k would give more spread but cost four times as much on every first run).
+
+Measured once per (device, dtype, model) on its first run and cached (see :func:`measured_rate`).
+Until then the default model on a CPU uses :data:`DEFAULT_CPU` (fitted the same way from the
+development CPU's 1.64 s at 1k and 10.39 s at 4k, 46 ms a step at 1k of context and 85 ms at 8k);
+anything else gets tokens and FLOPs but no time. Loading the model and tokenising are not counted.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, positive_number
 from ctxbench.model.files import ALIASES
-from ctxbench.model.size import DEFAULT_SIZE, ModelSize, assumed_size, model_size, size_of  # noqa: F401  (also imported from here)
-
-DEFAULT_CPU_RATE = 1.4e11  # FLOP/s the default model reaches in float32 on a 2-core CPU (fit above)
-# Decoding one token at a time is bound by latency and by reading the KV cache, not by arithmetic:
-# the default model on that CPU takes 46 ms a step at 1k of context and 85 ms at 8k, 7-10 GFLOP/s.
-DEFAULT_CPU_DECODE_RATE = 8e9
+from ctxbench.model.size import DEFAULT_SIZE, Flops, ModelSize, assumed_size, model_size, size_of  # noqa: F401  (also imported from here)
 
 
 def plan_device(device: str) -> str:
@@ -60,40 +67,78 @@ def device_key(device: str, dtype: str) -> str:
     return f"{device}|{names[0] if names else 'unknown'}|{dtype}"
 
 
+RATE_FIELDS = ("linear", "attention", "decode_linear", "decode_attention")
+
+
 @dataclass(frozen=True)
 class Throughput:
-    """FLOP/s a model reaches on a device: ``prefill`` for forwards over many tokens, ``decode``
-    for one-token decoding steps (far lower: each step is a chain of small kernels that reads the
-    whole KV cache)."""
+    """FLOP/s a model reaches on a device, per part of its work (:class:`~ctxbench.model.size.Flops`):
+    the weights and head of forwards (``linear``), their attention (``attention``), and the same two
+    parts of one-token decoding steps (far lower: each step is a chain of small kernels that reads
+    the whole KV cache)."""
 
-    prefill: float
-    decode: float
+    linear: float
+    attention: float
+    decode_linear: float
+    decode_attention: float
 
-    def seconds(self, forward_flops: float, decode_flops: float = 0.0) -> float:
-        return forward_flops / self.prefill + decode_flops / self.decode
+    def seconds(self, work: Flops) -> float:
+        return (work.linear / self.linear + work.attention / self.attention
+                + work.decode_linear / self.decode_linear + work.decode_attention / self.decode_attention)  # fmt: skip
 
     @classmethod
     def from_entry(cls, entry) -> Throughput:
-        """From its ``rates.json`` entry (``{"prefill": ..., "decode": ...}``), checked by
+        """From its ``rates.json`` entry (a table of :data:`RATE_FIELDS`), checked by
         :func:`_is_rate` on the way in."""
-        return cls(float(entry["prefill"]), float(entry["decode"]))
+        return cls(*(float(entry[name]) for name in RATE_FIELDS))
+
+    def entry(self) -> dict:
+        return {name: getattr(self, name) for name in RATE_FIELDS}
 
 
-DEFAULT_CPU = Throughput(DEFAULT_CPU_RATE, DEFAULT_CPU_DECODE_RATE)
+def fit(points) -> tuple[float, float, bool]:
+    """(linear FLOP/s, attention FLOP/s, whether the two were told apart) from measurements
+    ``(linear_flops, attention_flops, seconds)`` at two or more sizes: the least-squares solution of
+    ``seconds = linear_flops * a + attention_flops * b`` (exact for two points), rates ``1/a`` and
+    ``1/b``. A solution that is not two positive numbers (noise on a busy machine: the long
+    measurement cheaper than its linear part, or one more than its FLOPs allow) is not a rate; the
+    fallback is one rate for all FLOPs over every measurement (what a single length gave before),
+    and False."""
+    points = [(float(x), float(y), float(t)) for x, y, t in points]
+    xx = sum(x * x for x, _, _ in points)
+    xy = sum(x * y for x, y, _ in points)
+    yy = sum(y * y for _, y, _ in points)
+    xt = sum(x * t for x, _, t in points)
+    yt = sum(y * t for _, y, t in points)
+    det = xx * yy - xy * xy
+    if det > 1e-12 * xx * yy:
+        a, b = (xt * yy - yt * xy) / det, (yt * xx - xt * xy) / det
+        if a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b):
+            return 1 / a, 1 / b, True
+    seconds = sum(t for _, _, t in points)
+    rate = sum(x + y for x, y, _ in points) / max(seconds, 1e-12)
+    return rate, rate, False
+
+
+# The default model on the 2-core development CPU (AMD EPYC, float32), fitted by :func:`fit` from
+# scripts/bench_forward.py's 1.64 s at 1k and 10.39 s at 4k, and 46 ms a step at 1k of context and
+# 85 ms at 8k: 12 s for a 4k forward, about 108 s at 16k.
+DEFAULT_CPU = Throughput(linear=1.65e11, attention=1.14e11, decode_linear=6.65e9, decode_attention=1.27e10)
 
 
 def _is_rate(value: object) -> None:
-    """A throughput a plan can divide by: exactly ``prefill`` and ``decode``, each a finite FLOP/s
-    > 0 (a zero divided every plan by zero, a NaN made its time NaN)."""
-    if not isinstance(value, dict) or set(value) != {"prefill", "decode"}:
-        raise BadEntry(f"{type(value).__name__} {str(value)[:60]}, not {{prefill, decode}}")
-    for name in ("prefill", "decode"):
+    """A throughput a plan can divide by: exactly :data:`RATE_FIELDS`, each a finite FLOP/s > 0 (a
+    zero divided every plan by zero, a NaN made its time NaN)."""
+    if not isinstance(value, dict) or set(value) != set(RATE_FIELDS):
+        raise BadEntry(f"{type(value).__name__} {str(value)[:60]}, not {{{', '.join(RATE_FIELDS)}}}")
+    for name in RATE_FIELDS:
         positive_number(value[name], f"{name} rate")
 
 
 # Keyed by device, dtype and model. Bump the version when the calibration changes: older rates are
-# then measured again.
-RATES = JsonCache("rates.json", Schema("throughputs", 3), _is_rate, then="measured again on the next run")
+# then measured again. Version 4: a linear and an attention rate each for forwards and decoding,
+# fitted from two lengths (version 3 held one forward rate and one decoding rate, from one length).
+RATES = JsonCache("rates.json", Schema("throughputs", 4), _is_rate, then="measured again on the next run")
 
 
 def cached_rate(device: str, dtype: str, model: str) -> Throughput | None:
@@ -117,13 +162,18 @@ def rate_for_plan(device: str, dtype: str, model: str) -> tuple[Throughput | Non
     return None, f"{dev} {dtype}: throughput not measured yet (the first run on this device measures it)", False
 
 
-def measured_rate(lm, tokens: int = 1024, steps: int = 8) -> Throughput:
-    """The loaded model's throughput on its device and dtype: one timed forward of ``tokens``
-    tokens after a warm-up forward of the same shape (the first call of a shape pays for kernel
-    selection and page faults), then ``steps`` timed decoding steps on that forward's cache after
-    one untimed step. Cached per (device, dtype, model): small models reach a smaller share of a
-    device's peak than big ones, so the rate of one does not carry over to another. Measured on
-    a busy machine it is low, and stays so: delete ``rates.json`` in the cache to redo it."""
+# The lengths a throughput is measured at (see the module's doc for why these two).
+CALIBRATION_LENGTHS = (1024, 4096)
+
+
+def measured_rate(lm, lengths: tuple[int, int] = CALIBRATION_LENGTHS, steps: int = 8) -> Throughput:
+    """The loaded model's throughput on its device and dtype, fitted (:func:`fit`) from one timed
+    forward at each of ``lengths`` and ``steps`` timed decoding steps on each forward's cache. An
+    untimed forward of the longest shape goes first (the first call pays for page faults and
+    kernel selection, and a smaller shape then reuses its memory), and one untimed step before each
+    timed series. Cached per (device, dtype, model): small models reach a smaller share of a
+    device's peak than big ones, so the rate of one does not carry over to another. Measured on a
+    busy machine it is low, and stays so: delete ``rates.json`` in the cache to redo it."""
     import time
 
     import torch
@@ -144,19 +194,30 @@ def measured_rate(lm, tokens: int = 1024, steps: int = 8) -> Throughput:
         from ctxbench.model.decoding import cache_of, with_cache
 
         vocab = int(getattr(lm.model.config, "vocab_size", 0) or 2)
-        ids = torch.randint(0, min(vocab, 1000), (1, tokens), device=lm.torch_device)
         size = ModelSize.from_config(lm.model.config, lm.name)
+        ids = torch.randint(0, min(vocab, 1000), (1, max(lengths)), device=lm.torch_device)
+        def at(n: int) -> tuple[float, float]:
+            """Seconds of a forward of ``n`` tokens, and of ``steps`` decoding steps on its cache."""
+            seconds, out = timed(lambda: lm.model(input_ids=ids[:, :n], use_cache=True, logits_to_keep=1))
+            cache, token = cache_of(out), ids[:, n - 1 : n]
+
+            def step():
+                return lm.model(input_ids=token, **with_cache(lm.model, cache), use_cache=True, logits_to_keep=1)
+
+            step()  # warm-up step
+            return seconds, timed(lambda: [step() for _ in range(steps)])[0]
+
+        forwards, decodes = [], []
         with torch.inference_mode():
-            lm.model(input_ids=ids, use_cache=False, logits_to_keep=1)  # warm-up, same shape
-            seconds, out = timed(lambda: lm.model(input_ids=ids, use_cache=True, logits_to_keep=1))
-            cache, token = cache_of(out), ids[:, -1:]
-            lm.model(input_ids=token, **with_cache(lm.model, cache), use_cache=True, logits_to_keep=1)  # warm-up step
-            step_seconds, _ = timed(lambda: [lm.model(input_ids=token, **with_cache(lm.model, cache), use_cache=True,
-                                                      logits_to_keep=1) for _ in range(steps)])  # fmt: skip
-        decode_flops = sum(size.step_flops(tokens + 1 + i) for i in range(steps))
-        return {"prefill": size.forward_flops(tokens, head_tokens=1) / max(seconds, 1e-9),
-                "decode": decode_flops / max(step_seconds, 1e-9)}  # fmt: skip
+            lm.model(input_ids=ids, use_cache=False, logits_to_keep=1)  # warm-up, the longest shape
+            for n in sorted(lengths):
+                seconds, step_seconds = at(n)
+                work = size.forward_parts(n, head_tokens=1)
+                forwards.append((work.linear, work.attention, seconds))
+                parts = sum((size.step_parts(n + 1 + i) for i in range(steps)), Flops())
+                decodes.append((parts.decode_linear, parts.decode_attention, step_seconds))
+        linear, attention, _ = fit(forwards)
+        decode_linear, decode_attention, _ = fit(decodes)
+        return Throughput(linear, attention, decode_linear, decode_attention).entry()
 
     return Throughput.from_entry(RATES.lookup(key, measure))
-
-

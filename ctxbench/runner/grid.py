@@ -260,7 +260,8 @@ def _calibrated(show, lm, plan) -> None:
     except Exception as exc:  # noqa: BLE001  a model that cannot run a plain forward keeps the rough plan
         show.print(f"[dim]throughput not measured ({type(exc).__name__}: {exc})[/]", highlight=False)
         return
-    show.print(f"[dim]measured {rate.prefill / 1e9:.0f} GFLOP/s ({rate.decode / 1e9:.1f} decoding) for {lm.name} on "
+    show.print(f"[dim]measured {rate.linear / 1e9:.0f} GFLOP/s ({rate.attention / 1e9:.0f} in attention, "
+               f"{rate.decode_linear / 1e9:.1f} decoding) for {lm.name} on "
                f"{lm.device} {lm.dtype}: about {plan.seconds_at(rate) / 60:.1f} min in all (cached for the next plans "
                "on this machine)[/]", highlight=False)  # fmt: skip
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ctxbench.model.size import model_size
+from ctxbench.model.size import Flops, model_size
 from ctxbench.parsing import expand_path
 from ctxbench.runner.costmodel import rate_for_plan
 
@@ -28,10 +28,18 @@ class JobPlan:
     rows: tuple  # (what, cells, tokens, seconds) per method entry
     trials: int | None = None  # trials per accuracy cell (None: the task does not count trials)
     auto: bool = False  # --trials auto: ``trials`` is the most a cell can run, and the plan counts them all
-    flops: float = 0.0  # of every forward and decoding step of the job
-    decode_flops: float = 0.0  # the decoding steps' share of ``flops``
+    work: Flops = Flops()  # FLOPs of every forward and decoding step of the job, by part
     done: int = 0  # cells the results file already holds: a run skips them, and the plan does not count them
     options: tuple[str, ...] = ()  # the task's option names: advice names only knobs the command has
+
+    @property
+    def flops(self) -> float:
+        return self.work.total
+
+    @property
+    def decode_flops(self) -> float:
+        """The decoding steps' share of :attr:`flops`."""
+        return self.work.decode
 
 
 @dataclass(frozen=True)
@@ -52,8 +60,7 @@ class Plan:
 
     def seconds_at(self, rate) -> float:
         """The whole plan's time at throughput ``rate`` (a :class:`~ctxbench.runner.costmodel.Throughput`)."""
-        decode = sum(j.decode_flops for j in self.jobs)
-        return rate.seconds(self.flops - decode, decode)
+        return rate.seconds(sum((j.work for j in self.jobs), Flops()))
 
 
 def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "cpu", dtype: str = "float32",
@@ -72,22 +79,23 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
     for i, job in enumerate(jobs):
         todo = None if pending is None else pending[i]
         items = job.task.cost(job.settings, trained) if todo is None else pending_items(job, todo, trained)
-        rows, total_flops, total_decode = [], 0.0, 0.0
+        rows, total = [], Flops()
         for item in items:  # each distinct forward once, times its count: O(cells), never O(trials)
             runs = item.runs()
             longest = max((n + c for n, c, _ in runs), default=0)
-            forward = sum(k * size.forward_flops(n, cached=c) for n, c, k in runs)
-            decode = item.decode_steps * size.step_flops(longest)
-            seconds = rate.seconds(forward, decode) if rate else float("nan")
+            work = sum((k * size.forward_parts(n, cached=c) for n, c, k in runs), Flops())
+            if item.decode_steps:
+                work = work + item.decode_steps * size.step_parts(longest)
+            seconds = rate.seconds(work) if rate else float("nan")
             rows.append((item.what, item.cells, item.tokens, seconds))
-            total_flops, total_decode = total_flops + forward + decode, total_decode + decode
+            total = total + work
         trials = getattr(job.settings, "trials", None) if job.task.fraction else None  # a fraction of trials: its interval
         auto = trials == "auto"
         if auto:  # the most it can take
             trials = job.settings.max_trials
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(i.forward_count for i in items),
                            sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials=trials, auto=auto,
-                           flops=total_flops, decode_flops=total_decode, options=tuple(job.task.option_names())))  # fmt: skip
+                           work=total, options=tuple(job.task.option_names())))  # fmt: skip
         if todo is not None:
             out[-1] = replace(out[-1], done=len(todo.grid) - len(todo.cells))
     return Plan(model, tuple(out), basis, rate is not None, measured)

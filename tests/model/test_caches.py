@@ -34,7 +34,7 @@ from ctxbench.tasks.corpus import Tokenized, _corpus
 
 NOTE = "note: ignored a bad cache entry "
 ROOT_USER = hasattr(os, "geteuid") and os.geteuid() == 0
-GOOD_RATE = {"prefill": 2.5e11, "decode": 9e9}  # a rate "measured before" for the default model
+GOOD_RATE = {"linear": 2.5e11, "attention": 1.5e11, "decode_linear": 9e9, "decode_attention": 1.2e10}  # "measured before", default model
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ KINDS = {
     "rates": JsonKind(  # read by every plan; a bad entry falls back as if never measured
         "rates", RATES, _rate_key, lambda env: RATES.lookup(_rate_key(env), lambda: dict(GOOD_RATE)),
         _plan_rate, lambda env: (DEFAULT_CPU, False),
-        lambda value: {**value, "prefill": value["prefill"] * 10},
+        lambda value: {**value, "linear": value["linear"] * 10},
     ),
 }  # fmt: skip
 
@@ -176,15 +176,16 @@ def _file_poisons(kind: JsonKind) -> dict[str, Callable]:
 
 VALUE_POISONS = {
     "rates": {
-        "zero rate": lambda v: {**v, "prefill": 0},
-        "negative rate": lambda v: {**v, "decode": -1e9},
-        "NaN rate": lambda v: {**v, "prefill": float("nan")},
-        "infinite rate": lambda v: {**v, "decode": float("inf")},
-        "rate as text": lambda v: {**v, "prefill": "fast"},
-        "rate as bool": lambda v: {**v, "decode": True},
-        "rate missing": lambda v: {"prefill": v["prefill"]},
+        "zero rate": lambda v: {**v, "linear": 0},
+        "negative rate": lambda v: {**v, "decode_linear": -1e9},
+        "NaN rate": lambda v: {**v, "attention": float("nan")},
+        "infinite rate": lambda v: {**v, "decode_attention": float("inf")},
+        "rate as text": lambda v: {**v, "linear": "fast"},
+        "rate as bool": lambda v: {**v, "decode_linear": True},
+        "rate missing": lambda v: {k: x for k, x in v.items() if k != "attention"},
         "an extra field": lambda v: {**v, "extra": 1.0},
-        "a list": lambda v: [v["prefill"], v["decode"]],
+        "a version-3 rate (one per forward, one per step)": lambda v: {"prefill": v["linear"], "decode": v["decode_linear"]},
+        "a list": lambda v: [v["linear"], v["decode_linear"]],
         "null": lambda v: None,
     },
     "digests": {
@@ -246,7 +247,7 @@ def test_a_bad_entry_costs_only_itself_the_others_are_kept(env, capsys):
     """Two models' rates, one with a zero rate: that one is dropped with a note, the other kept."""
     RATES.lookup("other|model", lambda: dict(GOOD_RATE))
     KINDS["rates"].seed(env)
-    _set_value(KINDS["rates"], lambda v: {**v, "prefill": 0})(env, RATES.path)
+    _set_value(KINDS["rates"], lambda v: {**v, "linear": 0})(env, RATES.path)
     assert _plan_rate(env) == (DEFAULT_CPU, False)
     assert "[" + _rate_key(env) + "]" in _note_of(capsys)
     assert RATES.get("other|model") == GOOD_RATE
@@ -269,7 +270,10 @@ def test_a_plan_prints_over_a_zero_rate_and_a_wrong_shape(env, capsys):
     clean = plan_table([job], "smollm2-135m", device="cpu", dtype="float32")
     capsys.readouterr()
     zero = {"value": {"prefill": 0, "decode": 0}, "sha256": digest(b'{"decode":0,"prefill":0}')}
-    for poison in (json.dumps({"schema": "throughputs", "version": 3, "entries": {_rate_key(env): zero}}), "[1, 2]", '{"a": 1}'):
+    zeros = dict.fromkeys(GOOD_RATE, 0)
+    zero4 = {"value": zeros, "sha256": digest(json.dumps(zeros, sort_keys=True, separators=(",", ":")).encode())}
+    for poison in (json.dumps({"schema": "throughputs", "version": 3, "entries": {_rate_key(env): zero}}),
+                   json.dumps({"schema": "throughputs", "version": 4, "entries": {_rate_key(env): zero4}}), "[1, 2]", '{"a": 1}'):
         RATES.path.parent.mkdir(parents=True, exist_ok=True)
         RATES.path.write_text(poison)
         plan = plan_table([job], "smollm2-135m", device="cpu", dtype="float32")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 from helpers import tiny_llama
 
+from ctxbench.model.size import Flops
 from ctxbench.runner.costmodel import (
     DEFAULT_CPU,
-    DEFAULT_CPU_RATE,
     DEFAULT_SIZE,
     ModelSize,
     Throughput,
     cached_rate,
+    fit,
     measured_rate,
     rate_for_plan,
 )
@@ -36,8 +37,13 @@ def test_weights_counted_from_the_config_are_the_models_own():
 
 def test_default_model_at_the_default_rate_gives_the_times_measured_on_a_2_core_cpu():
     # measured on the development machine: 12 s for a 4k forward, about 100 s for 16k
-    assert DEFAULT_SIZE.forward_flops(4096) / DEFAULT_CPU_RATE == pytest.approx(12, rel=0.1)
-    assert DEFAULT_SIZE.forward_flops(16384) / DEFAULT_CPU_RATE == pytest.approx(100, rel=0.1)
+    assert DEFAULT_CPU.seconds(DEFAULT_SIZE.forward_parts(4096)) == pytest.approx(12, rel=0.1)
+    assert DEFAULT_CPU.seconds(DEFAULT_SIZE.forward_parts(16384)) == pytest.approx(100, rel=0.1)
+    # the two it was fitted from (no head past the last token, as bench_forward runs them)
+    assert DEFAULT_CPU.seconds(DEFAULT_SIZE.forward_parts(1024, head_tokens=1)) == pytest.approx(1.64, rel=0.01)
+    assert DEFAULT_CPU.seconds(DEFAULT_SIZE.forward_parts(4096, head_tokens=1)) == pytest.approx(10.39, rel=0.01)
+    assert DEFAULT_CPU.seconds(DEFAULT_SIZE.step_parts(1024)) == pytest.approx(0.046, rel=0.01)
+    assert DEFAULT_CPU.seconds(DEFAULT_SIZE.step_parts(8192)) == pytest.approx(0.085, rel=0.01)
 
 
 def test_a_size_in_a_hub_id_gives_llama_proportions():
@@ -61,11 +67,13 @@ def test_a_measured_throughput_is_cached_and_used_by_the_next_plans(tiny_lm, tmp
     monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path))
     assert cached_rate("cpu", "float32", tiny_lm.name) is None
     rate = measured_rate(tiny_lm)
-    assert rate.prefill > 0 and rate.decode > 0 and cached_rate("cpu", "float32", tiny_lm.name) == rate
+    assert min(rate.entry().values()) > 0 and cached_rate("cpu", "float32", tiny_lm.name) == rate
     assert rate_for_plan("cpu", "float32", tiny_lm.name) == (rate, "cpu float32, throughput measured on this machine", True)
     assert rate_for_plan("cpu", "float32", "smollm2-135m")[0] == DEFAULT_CPU  # another model: not its rate
     plan = plan_table([_job()], tiny_lm.name, device="cpu", dtype="float32", size=DEFAULT_SIZE)
-    assert plan.seconds == pytest.approx(plan.flops / rate.prefill)  # perplexity: forwards only
+    work = plan.jobs[0].work
+    assert work.decode == 0 and work.attention > 0  # perplexity: forwards only
+    assert plan.seconds == pytest.approx(work.linear / rate.linear + work.attention / rate.attention)
 
 
 def test_a_suffix_after_a_cache_costs_what_the_whole_forward_costs_beyond_the_prefix():
@@ -90,12 +98,87 @@ def test_a_retrieval_plan_counts_each_suffix_attending_to_the_haystack_before_it
     forward = size.forward_flops(n // 2) + 2 * size.forward_flops(n // 2, cached=n // 2)
     decode = 2 * 128 * size.step_flops(n)
     assert job.flops == pytest.approx(forward + decode) and job.decode_flops == pytest.approx(decode)
-    assert job.seconds == pytest.approx(forward / DEFAULT_CPU.prefill + decode / DEFAULT_CPU.decode)
+    parts = (size.forward_parts(n // 2) + 2 * size.forward_parts(n // 2, cached=n // 2) + 2 * 128 * size.step_parts(n))
+    assert job.work == pytest.approx(parts) and job.seconds == pytest.approx(DEFAULT_CPU.seconds(parts))
 
 
-def test_decoding_steps_take_the_decoding_throughput():
-    rate = Throughput(prefill=1e11, decode=1e9)
-    assert rate.seconds(2e11, 3e9) == pytest.approx(2 + 3)
+def test_each_part_of_the_work_takes_its_own_throughput():
+    rate = Throughput(linear=1e11, attention=5e10, decode_linear=1e9, decode_attention=2e9)
+    assert rate.seconds(Flops(2e11, 1e11, 3e9, 4e9)) == pytest.approx(2 + 2 + 3 + 2)
+
+
+def _points(a: float, b: float, contexts, parts) -> list[tuple[float, float, float]]:
+    """What a device that spends ``a`` s per linear FLOP and ``b`` s per attention FLOP measures."""
+    return [(lin, att, a * lin + b * att) for lin, att in (parts(n) for n in contexts)]
+
+
+def test_two_measurements_give_back_the_linear_and_attention_rates_they_were_made_with():
+    forward = lambda n: (lambda f: (f.linear, f.attention))(DEFAULT_SIZE.forward_parts(n, head_tokens=1))  # noqa: E731
+    step = lambda c: (lambda f: (f.decode_linear, f.decode_attention))(DEFAULT_SIZE.step_parts(c))  # noqa: E731
+    for a, b in ((1 / 1.6e11, 1 / 1.1e11), (1 / 4e14, 1 / 9e14), (1 / 2e9, 1 / 3e10)):
+        for parts, sizes in ((forward, (1024, 4096)), (step, (1024, 4096)), (forward, (512, 1024, 8192))):
+            linear, attention, apart = fit(_points(a, b, sizes, parts))
+            assert apart and linear == pytest.approx(1 / a, rel=1e-9) and attention == pytest.approx(1 / b, rel=1e-9)
+
+
+def test_measurements_no_two_positive_rates_fit_get_one_rate_for_every_flop():
+    """Noise on a busy machine: the 4k forward no slower than its linear part allows, or the 1k one
+    slower than the 4k one. Not a negative or infinite rate: one rate over both (positive)."""
+    f1, f4 = DEFAULT_SIZE.forward_parts(1024, head_tokens=1), DEFAULT_SIZE.forward_parts(4096, head_tokens=1)
+    for t1, t4 in ((1.0, 3.0), (2.0, 1.0)):
+        linear, attention, apart = fit([(f1.linear, f1.attention, t1), (f4.linear, f4.attention, t4)])
+        assert not apart and linear == attention == pytest.approx((f1.total + f4.total) / (t1 + t4))
+
+
+def _ppl_at(length: str) -> Job:
+    return Job(get("ppl"), build_settings(get("ppl"), "none", 2.0, length, {"docs": 1}))
+
+
+def test_a_plan_at_long_context_grows_with_the_square_of_the_length(tmp_path, monkeypatch):
+    """Doubling 64k to 128k costs 4x less the linear share, not 2x: attention's square is priced."""
+    monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path))
+    seconds = {n: plan_table([_ppl_at(n)], "smollm2-135m", device="cpu", dtype="float32").seconds for n in ("64k", "128k")}
+    assert seconds["128k"] / seconds["64k"] > 3.5
+    work = plan_table([_ppl_at("128k")], "smollm2-135m", device="cpu", dtype="float32").jobs[0].work
+    assert seconds["128k"] == pytest.approx(work.linear / DEFAULT_CPU.linear + work.attention / DEFAULT_CPU.attention)
+
+
+def test_the_calibration_times_forwards_and_steps_at_two_lengths(tiny_lm, tmp_path, monkeypatch):
+    """measured_rate fits a forward at 1k and one at 4k, and decoding steps on each one's cache."""
+    import ctxbench.runner.costmodel as costmodel
+
+    monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path))
+    seen = []
+    monkeypatch.setattr(costmodel, "fit", lambda points: seen.append(list(points)) or (3e9, 2e9, True))
+    rate = measured_rate(tiny_lm, steps=2)
+    assert rate == Throughput(3e9, 2e9, 3e9, 2e9)
+    size = ModelSize.from_config(tiny_lm.model.config)
+    forwards, steps = seen
+    assert [p[:2] for p in forwards] == [(f.linear, f.attention) for f in (size.forward_parts(n, head_tokens=1) for n in (1024, 4096))]
+    assert [p[:2] for p in steps] == [(f.decode_linear, f.decode_attention) for f in
+                                      (size.step_parts(n + 1) + size.step_parts(n + 2) for n in (1024, 4096))]  # fmt: skip
+    assert all(p[2] > 0 for p in forwards + steps)
+
+
+def test_a_rate_of_the_old_single_length_form_is_measured_again(tiny_lm, tmp_path, monkeypatch, capsys):
+    """rates.json of version 3 (one forward rate and one decoding rate from one 1024-token forward):
+    a plan falls back as if never measured, with one note, and the next run measures and stores
+    the two-length form (version 4)."""
+    import json
+
+    from ctxbench.model.cache import digest
+    from ctxbench.runner.costmodel import RATES, device_key
+
+    monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path))
+    old = {"prefill": 3.7e10, "decode": 1.0e9}
+    entry = {"value": old, "sha256": digest(json.dumps(old, sort_keys=True, separators=(",", ":")).encode())}
+    key = f"{device_key('cpu', 'float32')}|{tiny_lm.name}"
+    RATES.path.parent.mkdir(parents=True, exist_ok=True)
+    RATES.path.write_text(json.dumps({"schema": "throughputs", "version": 3, "entries": {key: entry}}))
+    assert rate_for_plan("cpu", "float32", tiny_lm.name)[1:] == ("cpu float32: throughput not measured yet (the first run on this device measures it)", False)
+    assert "version 3 of throughputs, this ctxbench reads version 4" in capsys.readouterr().err
+    rate = measured_rate(tiny_lm)
+    assert json.loads(RATES.path.read_text())["version"] == 4 and cached_rate("cpu", "float32", tiny_lm.name) == rate
 
 
 def _ppl(methods: str, corpus_dir) -> Job:
