@@ -38,16 +38,17 @@ def run(
     seed: int = 0,
     device: str = "auto",
     dtype: str = "auto",
+    backend: str = "hf",
     show: bool = False,
     **options,
 ):
     """Run one task over methods x factors x lengths; returns the tidy rows as a DataFrame.
     ``options`` are the task's own (e.g. ``docs=2`` for ppl, ``trials=8`` for passkey);
-    ``show=True`` prints the plan, progress and summary as the CLI does."""
+    ``backend="vllm"`` runs it on vLLM (:mod:`ctxbench.backends`); ``show=True`` prints the plan, progress and summary as the CLI does."""
 
     spec = get(task)
     settings = build_settings(spec, resolve_methods(method, params), factor, length, options)
-    target = model if not isinstance(model, str) else ModelConfig(model=model, device=device, dtype=dtype)
+    target = model if not isinstance(model, str) else ModelConfig(model=model, device=device, dtype=dtype, backend=backend)
     outcome = execute([Job(spec, settings)], target, out, resume, seed, console=_console(show))
     return to_frame(outcome.records)
 
@@ -58,7 +59,8 @@ def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume
 
     spec = load_suite(suite)
     target = model or ModelConfig(model=spec.model, device=spec.device, dtype=spec.dtype, attn=spec.attn,
-                                  trust_remote_code=spec.trust_remote_code)  # fmt: skip
+                                  trust_remote_code=spec.trust_remote_code, backend=spec.backend,
+                                  tensor_parallel=spec.tensor_parallel)  # fmt: skip
     own = default_out(spec, make=True)[0] if out is None else None
     outcome = execute(list(spec.jobs), target, out if out is not None else own, resume, spec.seed, console=_console(show))
     return to_frame(outcome.records)

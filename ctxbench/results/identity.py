@@ -2,8 +2,8 @@
 match rows on, and the rule that says when a cell in a file is whole.
 
 A *cell* is the unit of work that is resumed: one task, method entry, factor, length (and
-stride, depth, variant) on one model and data, run with one seed, dtype and set of task options
-that change the numbers. Two rows belong to the same cell exactly when their :data:`IDENTITY`
+stride, depth, variant) on one model and data, run with one seed, dtype, backend (``hf``, or an
+engine and its version) and set of task options that change the numbers. Two rows belong to the same cell exactly when their :data:`IDENTITY`
 columns agree (after :func:`_norm`): so a ``passkey --chat`` run never resumes from a raw run,
 and a bf16 run never stands in for a float32 one.
 
@@ -42,7 +42,7 @@ from ctxbench.tasks.base import (
 # Columns whose values identify a cell.
 IDENTITY = [
     "model_digest", "data_digest", "task", "method", "label", "method_params", "factor", "length", "stride", "depth",
-    "variant", "seed", "dtype", "options",
+    "variant", "seed", "dtype", "options", "backend",
 ]  # fmt: skip
 # The same identity across machines: names instead of digests.
 VIEW = ["model", "dataset", *[c for c in IDENTITY if c not in ("model_digest", "data_digest", "method")]]
@@ -87,6 +87,8 @@ def normalise(record: dict) -> dict:
         record["factor"] = ""
     if record.get("options", "") == "":
         record["options"] = "{}"
+    if record.get("backend", "") == "":  # written before engine backends: transformers ran it
+        record["backend"] = "hf"
     if record.get("pos_start", "") == "" and record.get("metric") in ("nll_pos", "nll_beyond_L"):
         pos = extra_of(record).get("pos")
         if isinstance(pos, list) and pos:
@@ -97,8 +99,10 @@ def normalise(record: dict) -> dict:
 
 
 def field(record: dict, column: str) -> str:
-    """One identity column of a record, normalised as keys compare it (numbers, JSON)."""
-    return _norm(record.get(column, ""))
+    """One identity column of a record, normalised as keys compare it (numbers, JSON; an empty
+    ``backend`` is ``hf``, as :func:`normalise` reads it)."""
+    value = _norm(record.get(column, ""))
+    return "hf" if column == "backend" and value == "" else value
 
 
 def _within(record: dict) -> tuple[str, ...]:
@@ -175,7 +179,7 @@ def complete_options(record: dict, tasks: dict | None, seen: dict) -> str:
 
 # Identity columns that set a table apart (the others are a table's axes -- label, factor, length,
 # depth -- or its model, task and variant): the pivot's tables and the paired comparisons' groups.
-SETTING = ("dataset", "data_digest", "model_digest", "stride", "options", "dtype", "seed")
+SETTING = ("dataset", "data_digest", "model_digest", "stride", "options", "dtype", "seed", "backend")
 # Options that only add rows, for a file whose task is not installed: the built-in ``--metrics``.
 ADDS_ROWS_FALLBACK = frozenset({"metrics"})
 

@@ -53,10 +53,10 @@ COLUMNS = [
     "run_id", "time", "model", "model_digest", "dataset", "data_digest", "task", "method", "label",
     "factor", "length", "stride", "depth", "variant", "trial", "doc", "metric", "value", "tokens", "seconds",
     "status", "device", "dtype", "seed", "method_params", "options", "ctxbench_version", "torch_version",
-    "transformers_version", "mode", "answer", "extra", "pos_start", "pos_end",
+    "transformers_version", "mode", "answer", "extra", "pos_start", "pos_end", "backend",
 ]  # fmt: skip
 # Columns added after the first release: files without them still load (see read_records).
-LATER_COLUMNS = {"label", "variant", "options", "pos_start", "pos_end"}
+LATER_COLUMNS = {"label", "variant", "options", "pos_start", "pos_end", "backend"}
 
 CELL_KEY = IDENTITY  # columns that identify a cell (the unit that is resumed and compared)
 ROW_KEY = [*IDENTITY, *WITHIN]  # columns that identify one value inside a cell
@@ -100,6 +100,7 @@ class Row:
     extra: str = ""
     pos_start: int | str = ""  # first target position of a loss-by-position bucket
     pos_end: int | str = ""  # one past its last
+    backend: str = "hf"  # what ran it: hf (transformers), or an engine and its version ("vllm 0.32.0")
 
     def as_strings(self) -> dict[str, str]:
         return as_strings(asdict(self))

@@ -43,7 +43,8 @@ class TokenProgress:
             TextColumn("{task.completed:,.0f}/{task.total:,.0f} tokens"), TextColumn("{task.fields[cells]}"),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False,
         )  # fmt: skip
-        layers = decoder_layers(self.model)
+        # an engine backend has no torch module to hook: its bar moves a cell's share at each cell
+        layers = decoder_layers(self.model) if self.model is not None else []
         for layer in layers:
             self.hooks.append(layer.register_forward_pre_hook(self._hook(len(layers)), with_kwargs=True))
         self.bar.start()
@@ -69,6 +70,7 @@ class TokenProgress:
         if skipped:
             self.console.print(f"[dim]{name}: {skipped} cell(s) already in the results file: skipped (use --no-resume to redo)[/]")
         self.cells = (0, cells)
+        self.per_cell = tokens / max(1, cells)
         self.task_id = self.bar.add_task(name, total=max(1, tokens), cells=f"0/{cells} cells")
 
     def cell_done(self, label: str) -> None:
@@ -76,6 +78,8 @@ class TokenProgress:
             return
         done, total = self.cells[0] + 1, self.cells[1]
         self.cells = (done, total)
+        if not self.hooks:
+            self._advance(self.per_cell)
         self.bar.update(self.task_id, description=label, cells=f"{done}/{total} cells")
         if done == total:
             task = self.bar.tasks[self.task_id]

@@ -104,6 +104,18 @@ def check_attn(attn: str | None, device: str, *, flag: str = "--attn") -> None:
                             f"use {_option(flag, 'sdpa')} on the CPU")  # fmt: skip
 
 
+def check_backend(jobs, config) -> None:
+    """Refuse, before the plan, what the chosen backend (``--backend``) cannot run: an unknown
+    backend (naming the closest), or a method, metric or model option it does not have
+    (``ctxbench.backends.<name>.check``)."""
+    from ctxbench import backends
+
+    backend = backends.get(config.backend)
+    methods = [m for job in jobs for m in getattr(job.settings, "methods", ())]
+    metrics = sorted({m for job in jobs for m in getattr(job.settings, "metrics", ()) or ()})
+    backend.check(methods, metrics, config)
+
+
 def _option(flag: str, value) -> str:
     """``--attn sdpa`` on the command line, ``attn = "sdpa"`` in a suite."""
     return f'{flag} "{value}"' if flag.endswith("=") else f"{flag} {value}"

@@ -57,7 +57,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-TOP_KEYS = {"description", "model", "device", "dtype", "attn", "seed", "out", "trust_remote_code", "methods"}
+TOP_KEYS = {"description", "model", "device", "dtype", "attn", "seed", "out", "trust_remote_code", "methods", "backend",
+            "tensor_parallel"}
 METHOD_KEYS = {"name", "params", "label"}
 GRID_KEYS = {"factors", "lengths", "methods"}
 SUITES = Path(__file__).resolve().parents[1] / "suites"  # the built-in suites, package data of the wheel
@@ -75,6 +76,8 @@ class Suite:
     seed: int = 0
     out: str | None = None
     trust_remote_code: bool = False
+    backend: str = "hf"  # ctxbench.backends: hf | vllm
+    tensor_parallel: int = 1
     jobs: tuple[Job, ...] = field(default_factory=tuple)
 
 
@@ -162,6 +165,15 @@ def _top_level(path: Path, data: dict) -> dict:
         out["device"] = _choice(path, "device", data["device"], is_device, (*DEVICES, "cuda:N"))
     if "dtype" in data:
         out["dtype"] = _choice(path, "dtype", data["dtype"], lambda v: v in DTYPES, DTYPES)
+    if "backend" in data:
+        from ctxbench.backends import BACKENDS
+
+        out["backend"] = _choice(path, "backend", data["backend"], lambda v: v in BACKENDS, tuple(BACKENDS))
+    if "tensor_parallel" in data:
+        tp = data["tensor_parallel"]
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise _bad(path, f"tensor_parallel = {_toml(tp)} is not a whole number >= 1", "write the number of GPUs, e.g. tensor_parallel = 2")
+        out["tensor_parallel"] = tp
     if "seed" in data:
         seed = data["seed"]
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:

@@ -355,7 +355,7 @@ DOMAIN_FALLBACK = {
 # identity (:data:`ctxbench.results.identity.IDENTITY`) and the place in it but the metric
 # (``WITHIN``); a test holds them in step.
 PLACE = ("model_digest", "data_digest", "task", "method", "label", "method_params", "factor", "length", "stride", "depth",
-         "variant", "seed", "dtype", "options", "trial", "doc", "pos_start")  # fmt: skip
+         "variant", "seed", "dtype", "options", "backend", "trial", "doc", "pos_start")  # fmt: skip
 
 
 def domains_of(task_name: str, tasks: dict | None) -> dict:

@@ -265,9 +265,8 @@ def _summary(docs: list, seconds: float, pass_tokens: int, peak: float, mode: st
 
 def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """Score the documents of each cell of ``group``; yields each cell's measurements."""
-    from ctxbench.methods.patching import applied
+    from ctxbench import backends
     from ctxbench.model.measure import Measured
-    from ctxbench.model.scoring import sliding_nll
 
     st: State = ctx.state
     if settings.metrics:  # the unscaled model's references, once per document for the whole grid
@@ -279,14 +278,14 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
     cell = group[0]
     docs, seconds, peak, pass_tokens, kls = [], 0.0, 0.0, 0, {}
     sliding = cell.stride < cell.length
-    with applied(lm.model, lm.geometry, cell.method, cell.factor or 1.0, cell.length):
+    with backends.session(lm, cell.method, cell.factor or 1.0, cell.length) as engine:
         for i in st.chosen[cell.length]:
             ids = st.tokens[i] if sliding else st.tokens[i][: cell.length]
             with Measured(lm.device) as m:
                 if sliding:
-                    nll = sliding_nll(lm.model, ids, cell.length, cell.stride, settings.chunk)
+                    nll = engine.sliding_nll(ids, cell.length, cell.stride, settings.chunk)
                 else:
-                    nll, hidden = _window(lm, ids, settings)
+                    nll, hidden = _window(lm, engine, ids, settings)
             if not sliding and "kl" in settings.metrics:
                 kls[i] = _kl(lm, st, i, hidden, settings)
             hidden = None
@@ -298,13 +297,14 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
     yield cell, rows + _proxy_rows(st, settings, cell.length, st.chosen[cell.length], docs, kls, mode, lm.geometry.trained_len)
 
 
-def _window(lm, ids, settings: Settings):
-    """(per-token NLL (n-1,), final hidden states (1, n, hidden) or None) of one truncate-mode window;
-    the hidden states are kept only when ``kl`` needs them (same NLL either way: one code path)."""
-    from ctxbench.model.scoring import final_hidden, nll_from_hidden, token_nll
+def _window(lm, engine, ids, settings: Settings):
+    """(per-token NLL (n-1,), final hidden states (1, n, hidden) or None) of one truncate-mode window
+    on ``engine`` (a :class:`ctxbench.backends.base.Session`); the hidden states are kept only when
+    ``kl`` needs them, which only the transformers backend computes (the others refuse ``kl``)."""
+    from ctxbench.model.scoring import final_hidden, nll_from_hidden
 
     if "kl" not in settings.metrics:
-        return token_nll(lm.model, ids, chunk=settings.chunk), None
+        return engine.token_nll(ids, chunk=settings.chunk), None
     hidden = final_hidden(lm.model, ids)  # (1, n, hidden)
     return nll_from_hidden(lm.model, hidden, ids, chunk=settings.chunk), hidden
 
@@ -339,7 +339,7 @@ def _proxy_rows(st: State, settings: Settings, n: int, indices: list, docs: list
 def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """One forward per document at the longest length it is selected for; shorter lengths
     read the prefix of its per-token losses (and of its KL per position)."""
-    from ctxbench.methods.patching import applied
+    from ctxbench import backends
     from ctxbench.model.measure import Measured
 
     lengths = sorted(c.length for c in group)
@@ -351,10 +351,10 @@ def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterat
     kls: dict = {}
     cost_of: dict[int, tuple[float, float, int]] = {}  # doc -> (seconds, peak MB, tokens)
     cell0 = group[0]
-    with applied(lm.model, lm.geometry, cell0.method, cell0.factor or 1.0, max(lengths)):
+    with backends.session(lm, cell0.method, cell0.factor or 1.0, max(lengths)) as engine:
         for i, n in sorted(need.items()):
             with Measured(lm.device) as m:
-                losses[i], hidden = _window(lm, st.tokens[i][:n], settings)  # (n - 1,)
+                losses[i], hidden = _window(lm, engine, st.tokens[i][:n], settings)  # (n - 1,)
             if "kl" in settings.metrics:
                 kls[i] = _kl(lm, st, i, hidden, settings)
             hidden = None

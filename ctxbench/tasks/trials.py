@@ -149,8 +149,7 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, 
     ``continuation(prompt) -> ids``: each entry is ``(prompt, new_tokens, seconds, nll)``, ``nll``
     the (k,) NLL of the expected answer scored in the prompt's own prefill (no second prefill), or
     None under a method that is not causal, whose prompt and answer cannot share a forward."""
-    from ctxbench.methods.patching import applied
-    from ctxbench.model.decoding import decode_shared, stop_tokens
+    from ctxbench import backends
 
     first = next(iter(prompts_by_cell))
     assert all((c.method, c.factor, c.length) == (first.method, first.factor, first.length) for c in prompts_by_cell)
@@ -161,10 +160,9 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, 
     done: dict = {}
     scored = continuation is not None and first.method.causal
     conts = [list(continuation(p)) for p in flat] if scored else None
-    with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, seq_len):
+    with backends.session(lm, first.method, first.factor or 1.0, seq_len) as engine:
         stop = None if finished is None else (lambda i, new: finished(flat[i], new))
-        for a in decode_shared(lm.model, [p.ids for p in flat], max_new_tokens, stop_tokens(lm.model, lm.tokenizer), finished=stop,
-                               share=first.method.causal, continuations=conts):  # fmt: skip
+        for a in engine.answers([p.ids for p in flat], max_new_tokens, finished=stop, share=first.method.causal, continuations=conts):
             cell, t = owner[a.index]
             done[(cell, t)] = (flat[a.index], a.tokens, a.seconds) + ((a.nll,) if continuation is not None else ())
             pending[cell] -= 1
@@ -187,8 +185,7 @@ def answer_nlls(lm, ctx, prompts_by_cell: dict, continuation, max_new_tokens: in
     before decoding, with shared prefixes computed once (:func:`ctxbench.model.decoding.score_shared`),
     the method applied for the length decoding uses. Returns ``{cell: {trial: (mean NLL per answer
     token, answer tokens, seconds)}}``."""
-    from ctxbench.methods.patching import applied
-    from ctxbench.model.decoding import score_shared
+    from ctxbench import backends
 
     kept = getattr(ctx, "kept", None) or {}
     first = next(iter(prompts_by_cell))
@@ -203,8 +200,8 @@ def answer_nlls(lm, ctx, prompts_by_cell: dict, continuation, max_new_tokens: in
     if not owner:
         return out
     flat = [prompts_by_cell[cell][t] for cell, t in owner]
-    with applied(lm.model, lm.geometry, first.method, first.factor or 1.0, decode_length(first, flat, max_new_tokens)):
-        for s in score_shared(lm.model, [p.ids for p in flat], [continuation(p) for p in flat], share=first.method.causal):
+    with backends.session(lm, first.method, first.factor or 1.0, decode_length(first, flat, max_new_tokens)) as engine:
+        for s in engine.scores([p.ids for p in flat], [continuation(p) for p in flat], share=first.method.causal):
             cell, t = owner[s.index]
             out[cell][t] = (float(s.nll.double().mean()), int(s.nll.numel()), s.seconds)
     return out

