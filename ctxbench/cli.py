@@ -39,13 +39,15 @@ METHOD = typer.Option("none", "--method", help="comma list of methods, e.g. none
 FACTOR = typer.Option(f"{DEFAULT_FACTOR:g}", "--factor", "-f", help="comma list of scale factors >= 1")
 PARAM = typer.Option(None, "--param", "-p", help="method parameter key=value (repeatable), e.g. beta_fast=16")
 DEVICE = typer.Option("auto", "--device", help="auto | cpu | cuda")
-DTYPE = typer.Option("auto", "--dtype", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+DTYPE = typer.Option("auto", "--dtype", help="auto (bf16 on CUDA; on a CPU bf16 where a probe finds it faster and parity holds, else fp32) | float32 | bfloat16 | float16")
 ATTN = typer.Option("sdpa", "--attn", help="attention kernel: sdpa | flash_attention_2 | eager")
 SEED = typer.Option(0, "--seed", help="random seed (passkey keys, sampling of anything random)")
 RESUME = typer.Option(True, "--resume/--no-resume", help="skip cells already in --out (default) or start the file afresh")
 TRUST = typer.Option(False, "--trust-remote-code", help="allow a hub model's own code to run (off by default)")
 DEVICE_MAP = typer.Option(None, "--device-map", help="accelerate device map, e.g. auto, to spread a big model over GPUs")
 QUANT = typer.Option(None, "--quantization", help="8bit | 4bit (needs bitsandbytes and a GPU)")
+BACKEND = typer.Option("hf", "--backend", help="what runs the model: hf (transformers, the reference) | vllm (an engine; the methods vLLM expresses, checked against ctxbench's tables)")
+TENSOR_PARALLEL = typer.Option(1, "--tensor-parallel", help="with --backend vllm: GPUs one engine spans (vLLM's tensor parallelism)")
 DRY_RUN = typer.Option(False, "--dry-run", help="print the plan (cells, tokens, rough time) and stop; load nothing")
 
 
@@ -91,6 +93,8 @@ def _task_command(task) -> None:
         P("trust_remote_code", P.KEYWORD_ONLY, default=TRUST, annotation=bool),
         P("device_map", P.KEYWORD_ONLY, default=DEVICE_MAP, annotation=str | None),
         P("quantization", P.KEYWORD_ONLY, default=QUANT, annotation=str | None),
+        P("backend", P.KEYWORD_ONLY, default=BACKEND, annotation=str),
+        P("tensor_parallel", P.KEYWORD_ONLY, default=TENSOR_PARALLEL, annotation=int),
     ]
 
     def command(**values) -> None:
@@ -114,7 +118,8 @@ def _run_task_command(task, values: dict) -> None:
         _check_plot_dir(values["plot"])
     config = ModelConfig(model=values["model"], device=values["device"], dtype=values["dtype"], attn=values["attn"],
                          trust_remote_code=values["trust_remote_code"], device_map=values["device_map"],
-                         quantization=values["quantization"])  # fmt: skip
+                         quantization=values["quantization"], backend=values["backend"],
+                         tensor_parallel=values["tensor_parallel"])  # fmt: skip
     out = values["out"]
     outcome = execute([Job(task, settings)], config, out, values["resume"], values["seed"], console=console, dry_run=values["dry_run"])
     if values["plot"] and not values["dry_run"]:
@@ -268,6 +273,7 @@ def sweep(
     resume: bool = RESUME,
     dry_run: bool = typer.Option(False, "--dry-run", help="print the grid and a rough cost; load nothing"),
     device: str | None = typer.Option(None, "--device", help="override the suite's device"),
+    backend: str | None = typer.Option(None, "--backend", help="override the suite's backend: hf | vllm"),
 ) -> None:
     """Every cell of a suite (a built-in one by name, or a file), model loaded once, resumable."""
     from ctxbench.runner.grid import ModelConfig, execute
@@ -277,8 +283,12 @@ def sweep(
     own, folder_exists = default_out(spec, make=not dry_run) if out is None else (None, True)
     target = out or own or "results.csv"
     config = ModelConfig(model=spec.model, device=device or spec.device, dtype=spec.dtype, attn=spec.attn,
-                         trust_remote_code=spec.trust_remote_code)  # fmt: skip
+                         trust_remote_code=spec.trust_remote_code, backend=backend or spec.backend,
+                         tensor_parallel=spec.tensor_parallel)  # fmt: skip
     if dry_run:
+        from ctxbench.runner.settings import check_backend
+
+        check_backend(spec.jobs, config)
         from ctxbench.runner.settings import check_methods_on_model
 
         check_methods_on_model(spec.jobs, spec.model, spec.trust_remote_code)  # what the run refuses, before its plan
@@ -314,6 +324,31 @@ def suites(name: str | None = typer.Argument(None, help="a built-in suite to pri
     console.print(table)
 
 
+def _parity(base: str, new: str, fmt: str) -> None:
+    """``compare --across-backends``: the parity table (ctxbench.report.parity); exit 1 if a cell differs."""
+    from ctxbench.report import parity
+
+    pairs, notes = parity.parity(base, new)
+    if fmt == "markdown":
+        sys.stdout.write(parity.to_markdown(pairs, notes))
+    else:
+        from rich.table import Table
+
+        table = Table(title=f"{base} -> {new}: parity across backends")
+        for col in ("task", "method", "factor", "length", "metric", "base", "new", "verdict", "detail"):
+            table.add_column(col)
+        colour = {"same": "green", "differs": "red", "unpaired": "dim"}
+        for p in pairs:
+            table.add_row(p.task, p.label, p.factor or "-", p.length, p.metric, parity._num(p.a, p.metric), parity._num(p.b, p.metric),
+                          f"[{colour[p.verdict]}]{p.verdict}[/]", p.detail)  # fmt: skip
+        console.print(table)
+        for note in notes:
+            console.print(f"[yellow]note: {note}[/]")
+        console.print(parity.summary(pairs), highlight=False)
+    if parity.differs(pairs):
+        raise typer.Exit(1)
+
+
 def _plan_table(jobs, model: str, suite: str, target: str, device: str, dtype: str) -> None:
     from rich.table import Table
 
@@ -338,6 +373,7 @@ def compare(
     fmt: str = typer.Option("table", "--format", help="table | markdown"),
     strict: bool = typer.Option(False, "--strict", help="also fail on any change of a rerun (same weights and data) beyond float tolerance"),
     across_dtypes: bool = typer.Option(False, "--across-dtypes", help="also match cells that differ only in dtype (bf16 NEW against a float32 BASE), judged beyond noise, never as reruns"),
+    across_backends: bool = typer.Option(False, "--across-backends", help="parity of the same grid on two backends (hf BASE, vllm NEW): same answers per trial with McNemar's test, ppl and answer NLL within a bf16 tolerance; exit 1 if a cell differs"),
 ) -> None:
     """Per-cell change between two results files; exit 1 if anything got worse (a rerun on the same
     weights and data: beyond --rtol; otherwise also beyond noise), failed, went NaN or is missing."""
@@ -347,6 +383,9 @@ def compare(
 
     if fmt not in ("table", "markdown"):
         raise UserError(f"unknown --format '{fmt}'", "use table or markdown")
+    if across_backends:
+        _parity(base, new, fmt)
+        return
     changes, notes = run_compare(base, new, rtol, threshold, across_dtypes)
     if fmt == "markdown":
         sys.stdout.write(to_markdown(changes, notes, rtol, strict))
