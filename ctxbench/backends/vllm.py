@@ -90,16 +90,14 @@ def check(methods, metrics, config) -> None:
 
 
 def runs() -> tuple[str, ...]:
-    """The methods this backend runs: those ``export --to vllm`` expresses, less ``dca``."""
+    """The methods this backend runs: those ``export --to vllm`` expresses."""
     from ctxbench.methods import exportable
 
-    return tuple(m for m in exportable("vllm") if m != "dca")
+    return exportable("vllm")
 
 
 def refusal(method) -> str | None:
     """Why vLLM cannot run ``method`` (a resolved setting), or None."""
-    if method.attention is not None and method.attention.name == "dca":
-        return "vLLM 0.11 removed its dual-chunk attention backend (SGLang's dual_chunk_flash_attn still runs it)"
     return method.export_refusal("vllm")
 
 

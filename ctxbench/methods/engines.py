@@ -204,37 +204,20 @@ def proportional_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[
     return {"rope_type": "proportional", "factor": factor, "partial_rotary_factor": float(params["partial_rotary_factor"])}, None
 
 
-# vLLM's Dual Chunk Attention (vllm-project/vllm): ``get_rope`` builds a ``DualChunkRotaryEmbedding`` from the
-# config's ``dual_chunk_attention_config`` (``chunk_size``, ``local_size``) whatever ``rope_parameters`` says
-# (``rotary_embedding/__init__.py`` @07b12f1b, ``dual_chunk_rope.py`` @07b13497: the positions of
-# :func:`dca_branches`), and the ``DUAL_CHUNK_FLASH_ATTN`` backend (``attention/backends/dual_chunk_flash_attn.py``
-# @006e0acb, a V0-engine backend) runs the three parts; ``original_max_position_embeddings``, left out,
-# would add a length-dependent temperature. Only these model types pass the config on to them
-# (``models/qwen3.py``, ``qwen3_moe.py`` @002456df; ``qwen2.py``, ``qwen2_moe.py``): any other ignores it silently.
-VLLM_DUAL_CHUNK_MODELS = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
-DCA_REFUSAL = "{engine} has no dual chunk attention (it changes attention itself; vLLM runs it: export --to vllm)"
-VLLM_DUAL_CHUNK_ENV = {"VLLM_ATTENTION_BACKEND": "DUAL_CHUNK_FLASH_ATTN", "VLLM_USE_V1": "0"}
-
-
-def dca_vllm(rope: dict, params: dict, geom: RopeGeometry, factor: float) -> dict:
-    """``dca`` for vLLM: ``dual_chunk_attention_config`` with the authors' ``chunk_size`` and ``local_window``
-    (vLLM's ``local_size``), its attention backend on the V0 engine, eager mode (as Qwen2.5-1M's
-    instructions run it). vLLM's dual-chunk rotary embedding takes only the base and partial rotary
-    factor, so a frequency method under it (``yarn+dca``) cannot be expressed; nor can a model type
-    whose vLLM implementation does not read the config."""
-    if rope.get("rope_type", "default") != "default":
-        raise UserError(
-            f"vllm cannot express dca over rope type '{rope['rope_type']}': its DualChunkRotaryEmbedding takes the "
-            "base only and ignores rope_parameters' type",
-            "export --method dca alone (plain RoPE frequencies), or --to json",
-        )
-    if geom.model_type and geom.model_type not in VLLM_DUAL_CHUNK_MODELS:
-        raise UserError(
-            f"vllm cannot express dca on model type '{geom.model_type}': its implementation ignores "
-            "dual_chunk_attention_config (it would serve plain RoPE)",
-            f"vllm runs dual chunk attention for model types {', '.join(VLLM_DUAL_CHUNK_MODELS)}; or export --to json",
-        )
-    config = {"chunk_size": int(params["chunk_size"]), "local_size": int(params["local_window"])}
-    return {"hf_overrides": {"dual_chunk_attention_config": config}, "env": dict(VLLM_DUAL_CHUNK_ENV), "flags": ["--enforce-eager"]}
+# Dual Chunk Attention in engines. vLLM ran it up to 0.10 (the V0 engine's ``DUAL_CHUNK_FLASH_ATTN``
+# backend, ``attention/backends/dual_chunk_flash_attn.py`` @006e0acb, with ``dual_chunk_attention_config``
+# read by ``get_rope`` into ``DualChunkRotaryEmbedding``); vLLM 0.11 removed the V0 engine and that
+# backend, and V1 has none: the config and its rotary class remain but nothing runs them end to end.
+# SGLang runs it (``--attention-backend dual_chunk_flash_attn``, the model's config holding
+# ``dual_chunk_attention_config``), as vLLM did, for these model types only (others ignore the config).
+DUAL_CHUNK_MODELS = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+VLLM_DUAL_CHUNK_MODELS = DUAL_CHUNK_MODELS  # its name before
+DCA_REFUSAL = "{engine} has no dual chunk attention (it changes attention itself; SGLang runs it, see the vllm refusal)"
+DCA_VLLM_REFUSAL = (
+    "vLLM 0.11 removed its dual-chunk attention backend (the V0 engine's DUAL_CHUNK_FLASH_ATTN) and its V1 engine has none, "
+    "so no current vLLM runs dca; SGLang does, for qwen2/qwen3 models: `python -m sglang.launch_server --attention-backend "
+    "dual_chunk_flash_attn` with dual_chunk_attention_config {chunk_size, local_size = local_window} in the model's config "
+    "(export --to json gives both values); vLLM <= 0.10 did with VLLM_USE_V1=0 VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN"
+)
 
 

@@ -29,13 +29,13 @@ from ctxbench.methods.branches import (
 from ctxbench.methods.engines import (
     ATTENTION_REFUSAL,
     DCA_REFUSAL,
+    DCA_VLLM_REFUSAL,
     DYNAMIC_IN_VLLM,
     Exports,
     _base_of_none,
     _base_of_ntk,
     _base_of_ntk_alpha,
     _base_of_theta,
-    dca_vllm,
     dynamic_ntk_rope,
     linear_flags,
     linear_rope,
@@ -296,7 +296,7 @@ METHODS: dict[str, Method] = {
         "min(i mod c + c, chunk_size) (previous), min(2c-1, chunk_size) (earlier)",
         "Dual Chunk Attention, arXiv 2402.17463 (HKUNLP/ChunkLlama)",
         declared=(DCA_CHUNK, DCA_LOCAL), uses_factor=False, attention=True, branches=dca_branches, derive=dca_params,
-        exports=Exports(DCA_REFUSAL.format(engine="transformers"), dca_vllm, DCA_REFUSAL.format(engine="llama.cpp")),
+        exports=Exports(DCA_REFUSAL.format(engine="transformers"), DCA_VLLM_REFUSAL, DCA_REFUSAL.format(engine="llama.cpp")),
     ),  # fmt: skip
     "ms-poe": Method(
         "ms-poe", None, "head h: positions / r_o(h), r_k = min + (max-min) k/H, o = argsort of the heads' outlier scores",

@@ -282,7 +282,7 @@ EXPORT_CASES = [
      ["string local_value 2048 must be <= window 1351", "local_value=N"]),  # fmt: skip
     ("string", "json", ["window=100", "local_value=101"], ["string local_value 101 must be <= window 100"]),
     ("string", "vllm", ["window=0"], ["string parameter window", "0 must be >= 1"]),
-    ("dca", "vllm", ["chunk_size=512", "local_window=512"], ["dca local_window 512 must be < chunk_size 512", "local_window=N"]),
+    ("dca", "json", ["chunk_size=512", "local_window=512"], ["dca local_window 512 must be < chunk_size 512", "local_window=N"]),
     ("dca", "json", ["local_window=1.5"], ["dca parameter local_window", "1.5 is not a whole number"]),
     ("proportional", "transformers", ["partial_rotary_factor=2"], ["proportional parameter partial_rotary_factor", "2 must be <= 1"]),
     ("ms-poe", "json", ["ratio_max=1"], ["ms-poe needs ratio_max > ratio_min"]),

@@ -209,23 +209,19 @@ def test_dca_does_not_stack_with_logn():
 # --- export -------------------------------------------------------------------------------------------
 
 
-def test_vllm_export_is_its_dual_chunk_config(tmp_path):
-    """vLLM's ``dual_chunk_attention_config`` with the authors' names (``local_window`` is vLLM's
-    ``local_size``), its dual-chunk backend on the V0 engine, eager mode."""
-    text = export("dca", 1, "vllm", head_dim=128, base=1e6, trained_len="32k")
-    assert text.startswith("VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN VLLM_USE_V1=0 vllm serve MODEL --hf-overrides ")
-    assert '"dual_chunk_attention_config":{"chunk_size":24576,"local_size":4096}' in text
-    assert text.endswith("--max-model-len 32768 --enforce-eager")
-    from transformers import Qwen2Config
-
-    Qwen2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64).save_pretrained(tmp_path / "q")
-    assert '"chunk_size":30,"local_size":6' in export("dca", 1, "vllm", model=str(tmp_path / "q"), params={"chunk_size": 30, "local_window": 6})
+def test_vllm_export_is_refused_naming_the_engines_that_run_it():
+    """vLLM 0.11 removed dual-chunk attention (its V0 backend); the refusal names SGLang's backend and
+    the last vLLM that ran it, instead of printing a command no current vLLM can serve."""
+    with pytest.raises(UserError) as err:
+        export("dca", 1, "vllm", head_dim=128, base=1e6, trained_len="32k")
+    text = str(err.value)
+    assert "vLLM 0.11 removed" in text and "dual_chunk_flash_attn" in text and "vLLM <= 0.10" in text
 
 
 @pytest.mark.parametrize("kwargs,words", [
     (dict(method="dca", to="transformers"), "transformers cannot express method 'dca': .*transformers has no dual chunk attention"),
     (dict(method="dca", to="llamacpp"), "llamacpp cannot express method 'dca': .*llama.cpp has no dual chunk attention"),
-    (dict(method="yarn+dca", to="vllm"), "vllm cannot express dca over rope type 'yarn'"),
+    (dict(method="yarn+dca", to="vllm"), "vllm cannot express method 'yarn\\+dca': vLLM 0.11 removed"),
 ])  # fmt: skip
 def test_engines_without_dca_refuse_it_in_one_line(kwargs, words):
     with pytest.raises(UserError, match=words) as info:
@@ -233,8 +229,3 @@ def test_engines_without_dca_refuse_it_in_one_line(kwargs, words):
     assert "\n" not in info.value.line()
 
 
-def test_vllm_refuses_a_model_type_whose_vllm_code_ignores_the_config(tmp_path):
-    reference_llama(VOCAB).save_pretrained(tmp_path / "llama")
-    with pytest.raises(UserError, match="vllm cannot express dca on model type 'llama'") as info:
-        export("dca", 1, "vllm", model=str(tmp_path / "llama"))
-    assert "qwen2, qwen2_moe, qwen3, qwen3_moe" in info.value.fix

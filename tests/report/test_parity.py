@@ -62,8 +62,9 @@ def test_six_trials_lost_on_one_backend_differ_by_mcnemar(tmp_path):
 
 
 def test_different_answers_that_score_the_same_are_counted_not_judged(tmp_path):
-    a, b = _files(tmp_path, _passkey("hf", "float32", [1, 1], {0: "71432.", 1: "5"}),
-                  _passkey("vllm 0.32.0", "bfloat16", [1, 1], {0: "71432. Remember", 1: "5"}))  # fmt: skip
+    # trial 0: the hf path stopped once its answer was found, the engine decoded on: the same greedy answer
+    a, b = _files(tmp_path, _passkey("hf", "float32", [1, 1], {0: "71432.", 1: "5 is it"}),
+                  _passkey("vllm 0.32.0", "bfloat16", [1, 1], {0: "71432. Remember", 1: "5 was it"}))  # fmt: skip
     [pair] = parity(a, b)[0]
     assert pair.verdict == "same" and "1/2 same answers" in pair.detail
 
@@ -85,4 +86,4 @@ def test_the_command_exits_1_when_a_cell_differs_and_0_when_all_agree(tmp_path, 
     assert code == 0 and "1/1 paired cells the same" in out
     a, b = _files(tmp_path, _ppl("hf", "float32", 10.0), _ppl("vllm 0.32.0", "bfloat16", 11.0))
     code, out, _ = cli_main(["compare", "--across-backends", a, b, "--format", "markdown"], monkeypatch, capsys)
-    assert code == 1 and "| ppl | yarn | 2 | 4096 | ppl | 10 | 11 | differs | +10.00% (tolerance 2%) |" in out
+    assert code == 1 and "| ppl | yarn | 2 | 4096 | ppl | 10 | 11 | differs | +10.00% (tolerance 1%) |" in out

@@ -1,0 +1,79 @@
+"""Benchmark: the same retrieval grid on ``--backend hf`` (transformers, float32) and ``--backend vllm``
+(vLLM, bf16), end to end, in one process run: RULER's niah ``single_1`` and passkey, each method at one
+factor, through the API every command uses (``ctxbench.run``), model loads and engine starts included.
+Prints each backend's wall time per task and their ratio, and how often the two answer the same
+(per trial, with McNemar's test on the trials one gets right and the other wrong:
+``ctxbench compare --across-backends``). Needs vLLM (``CTXBENCH_VLLM=1 bash scripts/setup.sh``).
+
+    python scripts/bench_backend.py                       # niah 8k,16k and passkey 16k, none and yarn x2, 10 trials
+    python scripts/bench_backend.py --niah-len 4k --passkey-len 4k --trials 5 --out-dir /tmp/bench
+
+Rows go to ``OUT_DIR/backend-hf.csv`` and ``OUT_DIR/backend-vllm.csv`` (kept: a second run resumes and
+times only what was left, so delete them for a fresh timing). A method vLLM cannot run at a length
+(yarn x2's rotary table ends at 2L: a passkey prompt of 2L tokens plus its answer runs past it) is
+reported as refused, with the engine check's reason, and left out of the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ctxbench.errors import UserError
+
+
+def timed_run(backend: str, dtype: str, out: Path, task: str, **kw) -> tuple[float, str]:
+    """Seconds for one ``ctxbench.run`` (or the one-line refusal in place of the run)."""
+    import ctxbench
+
+    t0 = time.perf_counter()
+    try:
+        ctxbench.run(task=task, backend=backend, dtype=dtype, device="cpu", out=str(out), **kw)
+    except UserError as exc:
+        return time.perf_counter() - t0, f"refused: {exc}"
+    return time.perf_counter() - t0, ""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--methods", default="none,yarn")
+    ap.add_argument("--factor", default="2")
+    ap.add_argument("--niah-len", default="8k,16k")
+    ap.add_argument("--passkey-len", default="16k")
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--out-dir", default="results")
+    args = ap.parse_args()
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    grid = [("niah", dict(length=args.niah_len, variants="single_1", trials=args.trials)),
+            ("passkey", dict(length=args.passkey_len, trials=max(1, args.trials // 5), depths="5"))]  # fmt: skip
+    grid = [(task, kw) for task, kw in grid if kw["length"]]
+    seconds: dict = {}
+    notes: list[str] = []
+    for backend, dtype in (("hf", "float32"), ("vllm", "bfloat16")):
+        for task, kw in grid:
+            s, why = timed_run(backend, dtype, out / f"backend-{backend}.csv", task, method=args.methods, factor=args.factor, **kw)
+            seconds[(backend, task)] = s
+            print(f"{backend:5s} {dtype:9s} {task:8s} {s:8.1f} s {why}", flush=True)
+            if why:
+                notes.append(f"{backend} {task}: {why}")
+    from ctxbench.report import parity
+
+    pairs, _ = parity.parity(str(out / "backend-hf.csv"), str(out / "backend-vllm.csv"))
+    print()
+    print("| task | lengths | hf float32, s | vllm bf16, s | speed-up | same answers | cells the same (McNemar) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for task, kw in grid:
+        cells = [p for p in pairs if p.task == task and p.metric == "accuracy" and p.verdict != "unpaired"]
+        same = sum(int(p.detail.split("/")[0]) for p in cells)
+        total = sum(int(p.detail.split("/")[1].split()[0]) for p in cells)
+        hf, vl = seconds[("hf", task)], seconds[("vllm", task)]
+        print(f"| {task} | {kw['length']} | {hf:.0f} | {vl:.0f} | {hf / vl:.2f}x | {same}/{total} ({same / max(1, total):.0%}) | "
+              f"{sum(p.verdict == 'same' for p in cells)}/{len(cells)} |")  # fmt: skip
+    for note in notes:
+        print(f"note: {note}")
+
+
+if __name__ == "__main__":  # vLLM starts its engine in this process; the guard keeps any spawned worker from rerunning the bench
+    main()

@@ -1,0 +1,68 @@
+"""The vLLM backend on the real default model, where vLLM is installed (``CTXBENCH_VLLM=1 bash
+scripts/setup.sh``; CI installs it): a passkey cell and a perplexity cell agree with transformers,
+and an engine handed a wrong rope override is refused. Without vLLM these skip with the reason."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from ctxbench.errors import UserError
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (CTXBENCH_VLLM=1 bash scripts/setup.sh)"),
+]
+
+
+@pytest.fixture(scope="module")
+def vllm_lm():
+    from ctxbench.backends import vllm
+    from ctxbench.runner.grid import ModelConfig
+
+    lm = vllm.load(ModelConfig(backend="vllm", dtype="bfloat16"))
+    yield lm
+    lm.close()
+
+
+def _run(lm, task, **kw):
+    import ctxbench
+
+    return ctxbench.run(task=task, model=lm, **kw)
+
+
+def test_a_passkey_cell_answers_as_transformers_does(vllm_lm, real_lm):
+    kw = dict(method="none,yarn", factor=2, length="2k", trials=2, depths="0.5")
+    hf, engine = _run(real_lm, "passkey", **kw), _run(vllm_lm, "passkey", **kw)
+    answers = lambda f: f[f.metric == "correct"].set_index(["label", "trial"])["answer"].to_dict()  # noqa: E731
+    assert answers(hf) == answers(engine) and len(answers(hf)) == 4
+    assert set(engine.backend) == {f"vllm {vllm_lm.engine_version}"} and set(engine.dtype) == {"bfloat16"}
+
+
+def test_a_perplexity_cell_is_within_the_bf16_tolerance(vllm_lm, real_lm):
+    from ctxbench.report.parity import RTOL
+
+    kw = dict(method="yarn", factor=2, length="1k", docs=1)
+    ppl = lambda f: float(f[(f.metric == "ppl") & (f.doc == "all")].value.iloc[0])  # noqa: E731
+    hf, engine = ppl(_run(real_lm, "ppl", **kw)), ppl(_run(vllm_lm, "ppl", **kw))
+    assert abs(engine - hf) / hf < RTOL["ppl"]
+
+
+def test_an_engine_given_a_wrong_override_is_refused(vllm_lm):
+    from ctxbench.backends.vllm import engine_settings, start_engine
+    from ctxbench.methods import resolve
+
+    yarn = resolve("yarn")
+    wrong = engine_settings(yarn, vllm_lm.geometry, 2.0, 2048)["hf_overrides"]
+    wrong["rope_parameters"] = {**wrong["rope_parameters"], "factor": 3.0}  # the engine reads a factor other than the method's
+    vllm_lm.close()
+    with pytest.raises(UserError, match=r"does not compute yarn x2 as ctxbench does"):
+        start_engine(vllm_lm, yarn, 2.0, 2048, overrides=wrong)
+
+
+def test_a_method_vllm_cannot_run_is_refused_before_loading(monkeypatch, capsys):
+    from helpers import cli_main, one_error_line
+
+    code, _, err = cli_main(["passkey", "--backend", "vllm", "--method", "rerope"], monkeypatch, capsys)
+    one_error_line(code, err, ["rerope", "--backend hf"])
