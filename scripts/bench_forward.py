@@ -9,6 +9,11 @@ share of self CPU time per op class from ``torch.profiler`` (matmul, attention, 
 copies and casts, other).
 
     python scripts/bench_forward.py --len 1k,4k,16k --dtype float32,bfloat16
+    python scripts/bench_forward.py --len 1k,4k --dtype float32,auto --no-profile   # what auto gains here
+
+``--dtype auto`` loads as a run does (``ctxbench.model.autodtype``: bfloat16 on a CPU where a probe
+finds it faster and the committed parity holds) and is printed with what it resolved to; every
+dtype's time is then also given as a speed ratio against float32 at each length.
 
 On a loaded machine every number is low; the ratios in one run are still comparable.
 """
@@ -90,19 +95,27 @@ def main() -> None:
     lengths = parse_lengths(args.length)
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    peaks = {d: matmul_peak(args.peak_size, getattr(torch, d)) for d in dtypes}
-    for d, p in peaks.items():
+    peaks = {d: matmul_peak(args.peak_size, getattr(torch, d)) for d in {*dtypes, "float32", "bfloat16"} - {"auto"}}
+    for d, p in sorted(peaks.items()):
         print(f"matmul peak {d} ({args.peak_size}^3): {p:.0f} GFLOP/s")
-    print(f"{'dtype':<10}{'length':>8}{'seconds':>10}{'GFLOP/s':>10}{'of peak':>9}  time by op class")
+    print(f"{'dtype':<18}{'length':>8}{'seconds':>10}{'GFLOP/s':>10}{'of peak':>9}  time by op class")
+    times: dict[tuple[str, int], float] = {}
     for d in dtypes:
         lm = load(args.model, device="cpu", dtype=d)
+        label = d if d != "auto" else f"auto->{lm.dtype}"
+        if lm.dtype_note:
+            print(f"  {label}: {lm.dtype_note}")
         size = ModelSize.from_config(lm.model.config, lm.name)
         for n in lengths:
-            seconds = forward_seconds(lm, n)
+            seconds = times[(label, n)] = forward_seconds(lm, n)
             rate = size.forward_flops(n, head_tokens=1) / seconds / 1e9
             shares = "" if args.no_profile else ", ".join(f"{k} {v:.0%}" for k, v in op_shares(lm, n).items())
-            print(f"{d:<10}{n:>8}{seconds:>10.2f}{rate:>10.0f}{rate / peaks[d]:>9.0%}  {shares}")
+            print(f"{label:<18}{n:>8}{seconds:>10.2f}{rate:>10.0f}{rate / peaks[lm.dtype]:>9.0%}  {shares}")
         del lm
+    for label in dict.fromkeys(label for label, _ in times):
+        if label != "float32" and all(("float32", n) in times for n in lengths):
+            ratios = ", ".join(f"{times[('float32', n)] / times[(label, n)]:.2f}x at {n}" for n in lengths)
+            print(f"{label} against float32 (speed, higher is faster): {ratios}")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ class LoadedModel:
     digest: str  # weights hash (local) or hub revision
     device: str
     dtype: str
+    dtype_note: str = ""  # with --dtype auto: why this dtype (ctxbench.model.autodtype)
 
     @property
     def torch_device(self) -> torch.device:
@@ -64,6 +65,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """The dtype a model loads in: ``auto`` is bfloat16 on CUDA and float32 on a CPU, where
+    :func:`load` may then switch to bfloat16 (:mod:`ctxbench.model.autodtype`)."""
     if dtype == "auto":
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     if dtype not in DTYPES:
@@ -86,6 +89,15 @@ def load(
     kind, path, gguf = check_model(spec)  # damaged files: one clear line, not a loader traceback
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
+    auto_cpu = dtype == "auto" and dev == "cpu" and not device_map and not quantization
+    dtype_note, probe = "", False
+    if auto_cpu:  # decided before loading unless only a probe of this machine can decide
+        from ctxbench.model import autodtype
+
+        pick, dtype_note = autodtype.choose(autodtype.parity_for(spec), autodtype.cached_probe(spec))
+        torch_dtype, probe = (DTYPES[pick], False) if pick else (torch.float32, True)
+    elif dtype == "auto":
+        dtype_note = f"auto: {str(torch_dtype).replace('torch.', '')} on {dev}"
     cached = _dequantised(path / gguf, torch_dtype) if gguf else None
     reuse = cached is not None and _verified_model(cached)
     config = load_config(str(cached) if reuse else spec, trust_remote_code)
@@ -122,6 +134,11 @@ def load(
     model.eval()
     if cached is not None and gguf:
         _save_dequantised(model, tokenizer, cached)
+    if probe:  # loaded in float32; this machine times it against bfloat16 once (cached)
+        pick, dtype_note = autodtype.chosen(spec, model)
+        if pick == "bfloat16":  # the same weights as loading in bfloat16: each float32 rounded once
+            model.to(torch.bfloat16)
+            torch_dtype = torch.bfloat16
     if kind == "gguf":
         digest = gguf_digest
     elif kind == "dir":
@@ -136,6 +153,7 @@ def load(
         digest=digest,
         device=dev if not device_map else f"map:{device_map}",
         dtype=str(torch_dtype).replace("torch.", ""),
+        dtype_note=dtype_note,
     )
 
 

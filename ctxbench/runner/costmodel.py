@@ -35,10 +35,10 @@ anything else gets tokens and FLOPs but no time. Loading the model and tokenisin
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxbench.model.autodtype import device_key, planned  # noqa: F401  (device_key: also imported from here)
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, positive_number
 from ctxbench.model.files import ALIASES
 from ctxbench.model.size import DEFAULT_SIZE, Flops, ModelSize, assumed_size, model_size, size_of  # noqa: F401  (also imported from here)
@@ -50,21 +50,6 @@ def plan_device(device: str) -> str:
     if device and device != "auto":
         return device.split(":")[0]
     return "cuda" if Path("/proc/driver/nvidia/version").exists() else "cpu"
-
-
-def device_key(device: str, dtype: str) -> str:
-    """Names a device for the rate cache: the CPU model and core count, or the GPU's model."""
-    if device == "cpu":
-        model = ""
-        try:
-            model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                          if line.startswith("model name")), "")  # fmt: skip
-        except OSError:
-            pass
-        return f"cpu|{model or 'unknown'}|{os.cpu_count()}|{dtype}"
-    names = sorted(p.read_text().split("Model:", 1)[-1].splitlines()[0].strip()
-                   for p in Path("/proc/driver/nvidia/gpus").glob("*/information")) if device == "cuda" else []  # fmt: skip
-    return f"{device}|{names[0] if names else 'unknown'}|{dtype}"
 
 
 RATE_FIELDS = ("linear", "attention", "decode_linear", "decode_attention")
@@ -148,11 +133,21 @@ def cached_rate(device: str, dtype: str, model: str) -> Throughput | None:
     return None if entry is None else Throughput.from_entry(entry)
 
 
+def planned_dtype(device: str, dtype: str, model: str) -> tuple[str, str]:
+    """(dtype, why) a run of ``model`` will use on device type ``device``: ``auto`` is bfloat16 on
+    a GPU, and on a CPU what :func:`ctxbench.model.autodtype.planned` says (why is "" unless auto)."""
+    if dtype != "auto":
+        return dtype, ""
+    if device == "cpu":
+        return planned(model)
+    return "bfloat16", f"auto: bfloat16 on {device}"
+
+
 def rate_for_plan(device: str, dtype: str, model: str) -> tuple[Throughput | None, str, bool]:
     """(throughput, how it was obtained, whether it was measured here) for a plan of ``model``
     made before it loads."""
     dev = plan_device(device)
-    dtype = dtype if dtype != "auto" else ("bfloat16" if dev == "cuda" else "float32")
+    dtype = planned_dtype(dev, dtype, model)[0]
     rate = cached_rate(dev, dtype, model)
     if rate:
         return rate, f"{dev} {dtype}, throughput measured on this machine", True

@@ -226,7 +226,8 @@ def _plan_of(jobs, lm, pending=None):
     """The plan of a loaded model: its own trained length and size (of only the ``pending`` cells,
     one :class:`ctxbench.runner.plan.Todo` per job, when given)."""
 
-    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=size_of(lm), pending=pending)
+    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=size_of(lm), pending=pending,
+                      dtype_note=getattr(lm, "dtype_note", ""))  # fmt: skip
 
 
 def _results(out, resume):

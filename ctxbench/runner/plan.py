@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ctxbench.model.size import Flops, model_size
 from ctxbench.parsing import expand_path
-from ctxbench.runner.costmodel import rate_for_plan
+from ctxbench.runner.costmodel import plan_device, planned_dtype, rate_for_plan
 
 DEFAULT_TRAINED = 8192  # SmolLM2-135M's trained context, for plans made before the model loads
 LONG_RUN = 15 * 60  # seconds: above this a plan says how to make the run smaller
@@ -49,6 +49,8 @@ class Plan:
     basis: str = "default model, 2-core CPU"  # where the time comes from
     timed: bool = True  # False: no throughput known for the device, only tokens
     measured: bool = False  # the throughput was measured on this machine (else a default or none)
+    dtype: str = ""  # the dtype the run uses (``auto`` resolved)
+    dtype_note: str = ""  # why, when it was ``auto`` (ctxbench.model.autodtype)
 
     @property
     def seconds(self) -> float:
@@ -64,12 +66,16 @@ class Plan:
 
 
 def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "cpu", dtype: str = "float32",
-               size=None, pending=None) -> Plan:  # fmt: skip
+               size=None, pending=None, dtype_note: str = "") -> Plan:  # fmt: skip
     """Cells, forwards, tokens and seconds per job, at the throughput known for ``model`` on
-    ``device`` and ``dtype``. ``size`` (a :class:`~ctxbench.runner.costmodel.ModelSize`) defaults to
-    ``model``'s. ``pending`` (one list of cells per job, or ``None`` for the whole grid): plan only
-    those cells, the ones the results file does not hold yet (:func:`pending_items`)."""
+    ``device`` and ``dtype`` (``auto``: what a run will choose, :func:`planned_dtype`; a loaded
+    model's choice comes resolved, with ``dtype_note`` saying why). ``size`` (a
+    :class:`~ctxbench.runner.costmodel.ModelSize`) defaults to ``model``'s. ``pending`` (one list of
+    cells per job, or ``None`` for the whole grid): plan only those cells, the ones the results file
+    does not hold yet (:func:`pending_items`)."""
 
+    if dtype == "auto":
+        dtype, dtype_note = planned_dtype(plan_device(device), dtype, model)
     trained = trained_len or DEFAULT_TRAINED
     size = size or model_size(model)
     rate, basis, measured = rate_for_plan(device, dtype, model)
@@ -98,7 +104,7 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
                            work=total, options=tuple(job.task.option_names())))  # fmt: skip
         if todo is not None:
             out[-1] = replace(out[-1], done=len(todo.grid) - len(todo.cells))
-    return Plan(model, tuple(out), basis, rate is not None, measured)
+    return Plan(model, tuple(out), basis, rate is not None, measured, dtype, dtype_note)
 
 
 @dataclass(frozen=True)
@@ -166,8 +172,8 @@ def smaller(plan: Plan) -> str:
 
 
 def print_plan(console, plan: Plan, out=None) -> None:
-    """One line per job (with the interval width its trial count gives), and advice when the whole
-    run is long."""
+    """One line per job (with the interval width its trial count gives), the dtype and why when it
+    was ``auto``, and advice when the whole run is long."""
     for j in plan.jobs:
         when = f"about {_minutes(j.seconds)}" if plan.timed else f"{j.flops:.2g} FLOPs, time unknown"
         done = f" ({j.done} more already in the results file: skipped, not counted)" if j.done else ""
@@ -179,6 +185,8 @@ def print_plan(console, plan: Plan, out=None) -> None:
             console.print(f"  [dim]--trials auto: batches of 10 until decided, at most {j.trials} trials per cell (the most it can cost, as above)[/]")
         elif j.trials:
             console.print(f"  [dim]{interval_note(j.trials)}[/]")
+    if plan.dtype_note:
+        console.print(f"[dim]dtype {plan.dtype} ({plan.dtype_note})[/]", highlight=False)
     if plan.timed and plan.seconds > LONG_RUN:
         console.print(f"[yellow]this run is estimated at {_minutes(plan.seconds)}: for a first look use {smaller(plan)}; "
                       "--dry-run shows the plan only[/]", highlight=False)  # fmt: skip

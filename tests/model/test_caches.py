@@ -24,6 +24,7 @@ from helpers import byte_tokenizer, save_with_tokenizer, tiny_llama
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
+from ctxbench.model.autodtype import PROBES, cached_probe, probe, probe_key
 from ctxbench.model.cache import MANIFEST, digest, seal_dir
 from ctxbench.model.files import DIGESTS, GEOMETRY, _file_key, file_digest, load_config, load_geometry
 from ctxbench.model.geometry import RopeGeometry
@@ -34,6 +35,7 @@ from ctxbench.tasks.corpus import Tokenized, _corpus
 
 NOTE = "note: ignored a bad cache entry "
 ROOT_USER = hasattr(os, "geteuid") and os.geteuid() == 0
+GOOD_PROBE = {"tokens": 1024, "float32": 3.1, "bfloat16": 1.0}  # seconds of the probe forward in each dtype
 GOOD_RATE = {"linear": 2.5e11, "attention": 1.5e11, "decode_linear": 9e9, "decode_attention": 1.2e10}  # "measured before", default model
 
 
@@ -106,6 +108,12 @@ KINDS = {
         lambda env: ModelSize.from_config(load_config(str(env["model"])), str(env["model"])),
         lambda value: {**value, "layers": value["layers"] + 10},
     ),
+    "probes": JsonKind(  # --dtype auto's timing of float32 against bfloat16; a bad entry is probed again
+        "probes", PROBES, lambda env: probe_key("smollm2-135m"),
+        lambda env: PROBES.lookup(probe_key("smollm2-135m"), lambda: dict(GOOD_PROBE)),
+        lambda env: cached_probe("smollm2-135m"), lambda env: None,
+        lambda value: {**value, "bfloat16": value["bfloat16"] * 2},
+    ),
     "rates": JsonKind(  # read by every plan; a bad entry falls back as if never measured
         "rates", RATES, _rate_key, lambda env: RATES.lookup(_rate_key(env), lambda: dict(GOOD_RATE)),
         _plan_rate, lambda env: (DEFAULT_CPU, False),
@@ -175,6 +183,15 @@ def _file_poisons(kind: JsonKind) -> dict[str, Callable]:
 
 
 VALUE_POISONS = {
+    "probes": {
+        "zero seconds": lambda v: {**v, "bfloat16": 0},
+        "NaN seconds": lambda v: {**v, "float32": float("nan")},
+        "seconds as text": lambda v: {**v, "float32": "slow"},
+        "tokens as bool": lambda v: {**v, "tokens": True},
+        "no tokens": lambda v: {**v, "tokens": 0},
+        "a dtype missing": lambda v: {k: x for k, x in v.items() if k != "bfloat16"},
+        "a list": lambda v: [v["float32"], v["bfloat16"]],
+    },
     "rates": {
         "zero rate": lambda v: {**v, "linear": 0},
         "negative rate": lambda v: {**v, "decode_linear": -1e9},
@@ -236,6 +253,8 @@ def test_a_poisoned_json_cache_entry_is_noted_never_used_and_rebuilt(env, kind_n
 
     assert kind.use(env) == fresh  # the bad entry is gone: a second read is silent
     _silent(capsys)
+    if kind_name == "probes":  # read-only before loading; the next load probes again and stores it
+        PROBES.lookup(kind.key(env), lambda: probe(tiny_llama(), tokens=32))
     if kind_name == "rates":  # read-only for plans; the next run measures it again and stores it
         rate = measured_rate(wrap(tiny_llama(), env["tokenizer"], name="smollm2-135m"))
         assert _plan_rate(env) == (rate, True)
