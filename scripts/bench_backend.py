@@ -61,18 +61,27 @@ def main() -> None:
     from ctxbench.report import parity
 
     pairs, _ = parity.parity(str(out / "backend-hf.csv"), str(out / "backend-vllm.csv"))
-    print()
-    print("| task | lengths | hf float32, s | vllm bf16, s | speed-up | same answers | cells the same (McNemar) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    import os
+    import platform
+
+    from ctxbench.backends.vllm import version
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.processor())
+    lines = [f"{cpu}, {os.cpu_count()} cores; vLLM {version()}; methods {args.methods} at factor {args.factor}, "
+             f"{args.trials} trials per niah cell; wall time of each backend, model load and engine starts included:", "",
+             "| task | lengths | hf float32, s | vllm bf16, s | speed-up | same answers | cells the same (McNemar) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for task, kw in grid:
         cells = [p for p in pairs if p.task == task and p.metric == "accuracy" and p.verdict != "unpaired"]
         same = sum(int(p.detail.split("/")[0]) for p in cells)
         total = sum(int(p.detail.split("/")[1].split()[0]) for p in cells)
         hf, vl = seconds[("hf", task)], seconds[("vllm", task)]
-        print(f"| {task} | {kw['length']} | {hf:.0f} | {vl:.0f} | {hf / vl:.2f}x | {same}/{total} ({same / max(1, total):.0%}) | "
-              f"{sum(p.verdict == 'same' for p in cells)}/{len(cells)} |")  # fmt: skip
-    for note in notes:
-        print(f"note: {note}")
+        lines.append(f"| {task} | {kw['length']} | {hf:.0f} | {vl:.0f} | {hf / vl:.2f}x | {same}/{total} ({same / max(1, total):.0%}) | "
+                     f"{sum(p.verdict == 'same' for p in cells)}/{len(cells)} |")  # fmt: skip
+    lines += [f"\nnote: {note}" for note in notes]
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    (out / "backend-bench.md").write_text(text)
 
 
 if __name__ == "__main__":  # vLLM starts its engine in this process; the guard keeps any spawned worker from rerunning the bench

@@ -179,6 +179,7 @@ COLUMN_MEANINGS = {
     "extra": "JSON of everything else (`cell_rows`, `needle_pos`, `answer_nll`, `interval`, ...)",
     "pos_start": "first target position of a loss-by-position row (`nll_pos`, `nll_beyond_L`)",
     "pos_end": "end (exclusive) of that row's target positions",
+    "backend": "what ran the cell, part of its identity: `hf` (transformers; rows from before backends read so), or an engine and its version (`vllm 0.32.0`)",
 }
 
 
@@ -430,3 +431,93 @@ def error_examples() -> None:
 def cog_gap() -> None:
     """An empty line between two generated tables."""
     _out("")
+
+
+# --- the vLLM backend's parity with transformers ------------------------------------------------------
+
+# (transformers file, vLLM file) of the same grids: the transformers side is the committed reference runs
+PARITY_FILES = (
+    ("results/ppl-smollm2-x4-1k-32k.csv", "results/vllm-ppl-smollm2-x4.csv"),
+    ("results/ppl-smollm2-factor2.csv", "results/vllm-ppl-smollm2-x2.csv"),
+    ("results/niah-smollm2-x2-ruler.csv", "results/vllm-niah-smollm2.csv"),
+    ("results/niah-smollm2-validation.csv", "results/vllm-niah-smollm2.csv"),
+    ("results/backend-hf.csv", "results/backend-vllm.csv"),
+)
+
+
+@cache
+def _parity_rows() -> tuple[tuple[str, ...], ...]:
+    """The rows of ``ctxbench compare --across-backends HF VLLM --format markdown`` over every pair of
+    :data:`PARITY_FILES` (run in this process), each cell once (the first file that holds it)."""
+    import contextlib
+    import io
+
+    from ctxbench.cli import app
+
+    rows, seen = [], set()
+    for hf, vllm in PARITY_FILES:
+        if not (ROOT / vllm).is_file():
+            continue
+        out = io.StringIO()
+        cwd = Path.cwd()
+        try:
+            os.chdir(ROOT)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                app(args=["compare", "--across-backends", hf, vllm, "--format", "markdown"], prog_name="ctxbench", standalone_mode=False)
+        except SystemExit:
+            pass  # exit 1: a cell differs, which the table shows
+        finally:
+            os.chdir(cwd)
+        for line in out.getvalue().splitlines():
+            cells = tuple(c.strip() for c in line.strip().strip("|").split("|"))
+            if len(cells) != 9 or cells[0] in ("task", "---"):
+                continue
+            key = cells[:5]
+            if key not in seen:
+                seen.add(key)
+                rows.append(cells)
+    return tuple(rows)
+
+
+def parity_table() -> None:
+    """Every paired cell: the docs' full table."""
+    lines = ["| task | method | factor | length | metric | hf float32 | vllm bf16 | verdict | detail |",
+             "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | --- |"]  # fmt: skip
+    lines += ["| " + " | ".join(_cell(c) if i == 1 else c for i, c in enumerate(r)) + " |" for r in _parity_rows()]
+    _out("\n".join(lines))
+
+
+def parity_summary() -> None:
+    """Per method and factor: perplexity's largest relative difference over its lengths, and the trials
+    answered the same on niah (the README's table)."""
+    by: dict = {}
+    for task, label, factor, length, metric, a, b, verdict, detail in _parity_rows():
+        entry = by.setdefault((label, factor), {"ppl": [], "niah": [0, 0], "differs": 0, "lengths": set()})
+        entry["lengths"].add(int(length))
+        entry["differs"] += verdict == "differs"
+        if metric == "ppl":
+            entry["ppl"].append(abs(float(detail.split("%")[0])))
+        elif metric == "accuracy" and task == "niah":
+            same, of = detail.split(" same answers")[0].split("/")
+            entry["niah"][0] += int(same)
+            entry["niah"][1] += int(of)
+    lines = ["| method | factor | ppl: largest difference | niah: same answers | cells that differ |",
+             "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    order = {m: i for i, m in enumerate(("none", "linear", "ntk", "yarn", "llama3"))}
+    for (label, factor), e in sorted(by.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][0], kv[0][1])):
+        ppl = f"{max(e['ppl']):.2f}% ({len(e['ppl'])} cells)" if e["ppl"] else "-"
+        niah = f"{e['niah'][0]}/{e['niah'][1]} ({e['niah'][0] / e['niah'][1]:.0%})" if e["niah"][1] else "-"
+        lines.append(f"| {_cell(label)} | {factor} | {ppl} | {niah} | {e['differs']} |")
+    _out("\n".join(lines))
+
+
+def backend_methods() -> None:
+    """The methods ``--backend vllm`` runs (the registry's, as ``export --to vllm`` expresses them)."""
+    from ctxbench.backends.vllm import runs
+
+    _out("`--backend vllm` runs: " + ", ".join(f"`{m}`" for m in runs()) + ".")
+
+
+def backend_bench(path: str = "results/backend-bench.md") -> None:
+    """The table ``scripts/bench_backend.py`` wrote on its last committed run."""
+    _out((ROOT / path).read_text().strip())
