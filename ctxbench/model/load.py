@@ -44,6 +44,10 @@ class LoadedModel:
     digest: str  # weights hash (local) or hub revision
     device: str
     dtype: str
+    # a transformers checkpoint of these weights another loader (vLLM) can read: the folder, the hub
+    # id, or a GGUF model's dequantised cache; None for a GGUF model with the cache turned off
+    checkpoint: str | None = None
+    backend: str = "hf"
     dtype_note: str = ""  # with --dtype auto: why this dtype (ctxbench.model.autodtype)
 
     @property
@@ -154,6 +158,7 @@ def load(
         device=dev if not device_map else f"map:{device_map}",
         dtype=str(torch_dtype).replace("torch.", ""),
         dtype_note=dtype_note,
+        checkpoint=str(cached) if cached is not None else (None if kind == "gguf" else (str(path) if path else spec)),
     )
 
 

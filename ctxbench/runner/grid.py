@@ -31,14 +31,15 @@ from ctxbench.runner.adaptive import run_adaptive
 from ctxbench.runner.costmodel import measured_rate
 from ctxbench.runner.plan import Todo, plan_table, print_plan
 from ctxbench.runner.progress import TokenProgress
-from ctxbench.runner.settings import check_attn, check_loaded, check_methods_on_model
+from ctxbench.runner.settings import check_attn, check_backend, check_loaded, check_methods_on_model
 from ctxbench.tasks.base import Cell, Measurement, Task
 from ctxbench.version import __version__
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """How to load the model (CLI: --model --device --dtype --attn --device-map --trust-remote-code)."""
+    """How to load the model (CLI: --model --device --dtype --attn --device-map --trust-remote-code
+    --backend --tensor-parallel)."""
 
     model: str = DEFAULT_MODEL
     device: str = "auto"
@@ -47,22 +48,22 @@ class ModelConfig:
     trust_remote_code: bool = False
     device_map: str | None = None
     quantization: str | None = None
+    backend: str = "hf"  # ctxbench.backends: hf (transformers, the reference) or vllm
+    tensor_parallel: int = 1  # GPUs one vLLM engine spans (--backend vllm)
 
-    def check(self) -> None:
+    def check(self, jobs=()) -> None:
         """What can be checked without loading: the attention kernel can run on the device, and
         the model's files are where it says and their headers are whole (a missing path or a damaged
         file fails here, before the plan)."""
 
+        check_backend(jobs, self)
         check_attn(self.attn, self.device)
         check_model(self.model)
 
     def load(self):
-        from ctxbench.model.load import load
+        from ctxbench import backends
 
-        return load(
-            self.model, device=self.device, dtype=self.dtype, trust_remote_code=self.trust_remote_code,
-            attn=self.attn, device_map=self.device_map, quantization=self.quantization,
-        )
+        return backends.get(self.backend).load(self)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Outcome:
     trained_len: int | None = None
     keys: set = field(default_factory=set)  # cell keys of the whole grid (every rank's share)
     failures: list[str] = field(default_factory=list)  # one line per failed cell: which, and why
+    engine_starts: list[float] = field(default_factory=list)  # seconds of each engine start (an engine backend)
 
 
 class Interrupted(Exception):
@@ -142,7 +144,7 @@ def execute(
     w = distributed.world()
     show = console if console is not None and w.rank == 0 else None
     if isinstance(model, ModelConfig):
-        model.check()
+        model.check(jobs)
         check_methods_on_model(jobs, model.model, model.trust_remote_code)  # from the config: no weights, no torch
     else:
         check_loaded(jobs, model)
@@ -174,6 +176,8 @@ def execute(
     check_loaded(jobs, lm)  # again on the loaded model: a hub config read only now, the same words otherwise
     contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
     _check_layouts(lm, jobs)  # and a method whose frequencies do not fit the model's rotary tables
+    if hasattr(lm, "reserve"):  # an engine backend: the longest sequence its engines are started for
+        lm.reserve = max(c.length for job, ctx in zip(jobs, contexts, strict=True) for c in job.task.cells(job.settings, ctx))
 
     shard = (w.rank, w.size) if w.active else None
     whole = _plan_of(jobs, lm)  # every cell: the progress bar's tokens per cell
@@ -181,7 +185,11 @@ def execute(
     plan = _plan_of(jobs, lm, [Todo(tuple(p.grid), tuple(p.todo)) for p in todo])  # only what is left to run
     if show is not None:
         print_plan(show, plan, out)
-        if isinstance(model, ModelConfig) and not plan.measured and plan.flops > CALIBRATE_ABOVE:
+        if hasattr(lm, "starts"):  # an engine backend: what it starts, on top of the forwards
+            show.print(f"[dim]{lm.backend}: {_engine_starts(lm, jobs, todo)} engine start(s), one per method setting and factor "
+                       "(and length, for a method that depends on it), each some seconds (the summary says how long)[/]",
+                       highlight=False)  # fmt: skip
+        if isinstance(model, ModelConfig) and lm.model is not None and not plan.measured and plan.flops > CALIBRATE_ABOVE:
             _calibrated(show, lm, plan)
     outcome = Outcome(records=[], run_id=run_id, trained_len=lm.geometry.trained_len)
 
@@ -202,6 +210,8 @@ def execute(
                 outcome.keys |= part.keys
     except KeyboardInterrupt as exc:  # every finished cell is already in the file (saved cell by cell)
         raise Interrupted(len(results.done_cells()), out, getattr(exc, "signal_name", "SIGINT")) from None
+    if hasattr(lm, "starts"):
+        outcome.engine_starts = [seconds for _, seconds in lm.starts]
     if w.active:
         distributed.barrier(w)
         if out is not None:  # every rank's cells are in the file now
@@ -213,9 +223,18 @@ def execute(
     return outcome
 
 
+def _engine_starts(lm, jobs, todo) -> int:
+    """Engines an engine backend starts for the pending cells: one per method setting and factor, and
+    per length for a method whose frequencies depend on it (``VllmModel.engine``'s key)."""
+    keys = {(c.method, c.factor, c.length if c.method.dynamic_for(lm.geometry) else None) for p in todo for c in p.todo}
+    return len(keys)
+
+
 def _check_layouts(lm, jobs) -> None:
     from ctxbench.methods.patching import check_layout
 
+    if lm.model is None:  # an engine backend: its tables are checked when each engine starts
+        return
     for job in jobs:
         for method in getattr(job.settings, "methods", ()):
             for factor in getattr(job.settings, "factors", ()) or (1.0,):
@@ -244,6 +263,9 @@ def _summarise(show, jobs: list[Job], outcome: Outcome, out) -> None:
     for table in summary_tables(outcome.records, outcome.trained_len, [j.task.name for j in jobs]):
         show.print(table)
     where = f" -> {out}" if out is not None else ""
+    starts = getattr(outcome, "engine_starts", None)
+    if starts:
+        show.print(f"[dim]{len(starts)} engine start(s), {sum(starts):.0f} s in all[/]", highlight=False)
     show.print(f"[dim]{outcome.ran} cell(s) run, {outcome.skipped} resumed, {outcome.failed} failed{where}[/]")
 
 
@@ -307,8 +329,10 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
         groups = [g for i, g in enumerate(groups) if i % world == rank]
         grid = [c for g in groups for c in g]
     run_id = run_id or new_run_id()
+    from ctxbench import backends
+
     provenance = dict(
-        run_id=run_id, model=lm.name, model_digest=lm.digest, dataset=ctx.dataset, data_digest=ctx.data_digest,
+        backend=backends.of(lm).identity(lm), run_id=run_id, model=lm.name, model_digest=lm.digest, dataset=ctx.dataset, data_digest=ctx.data_digest,
         device=lm.device, dtype=lm.dtype, seed=seed, options=json.dumps(task.identity(settings), sort_keys=True),
         ctxbench_version=__version__,
         torch_version=torch.__version__, transformers_version=transformers.__version__,
