@@ -9,10 +9,11 @@ On a GPU ``auto`` is bfloat16, as before. On a CPU it is bfloat16 only when both
   a verdict keeps float32.
 - **speed**: a probe at load shows bfloat16 at least :data:`MIN_SPEEDUP` times as fast as float32
   on this CPU. The probe times one forward of the loaded model of :data:`PROBE_TOKENS` tokens in
-  float32 and in a bfloat16 copy, each after a warm-up of the same shape: the model's own forward,
-  not a matmul, because the matmul ratio overstates the gain (on an AVX512-BF16 EPYC a bf16 matmul
-  is 2.3x float32 but the model's 1k forward 1.6x: attention, norms and casts do not speed up
-  alike) and the plan quotes the ratio the run will see. About 5 s on a 2-core CPU, once per
+  float32 and in a bfloat16 copy, taking turns for 3 rounds after a warm-up, the fastest of each:
+  the model's own forward, not a matmul, because the matmul ratio overstates the gain (on an
+  AVX512-BF16 EPYC a bf16 matmul is 2.3x float32 but the model's 1k forward 1.6x; on the AMX Xeon
+  6.4x against about 2x: attention, norms and casts do not speed up alike) and the plan quotes the
+  ratio the run will see. About 8 s on a 2-core CPU, once per
   machine and model: the result is cached (``dtype-probes.json``, keyed by :func:`device_key`).
 
 Why bfloat16 needs a gate at all: a CPU without native bf16 arithmetic (before AVX512-BF16 or AMX)
@@ -36,6 +37,7 @@ PPL_LIMIT = 0.005  # bfloat16's perplexity within 0.5% of float32's, in every ce
 ANSWERS_LIMIT = 0.98  # and the same retrieval answer in at least 98% of trials
 MIN_SPEEDUP = 1.1  # a bfloat16 barely faster than float32 is not worth its rounding
 PROBE_TOKENS = 1024
+PROBE_ROUNDS = 3
 
 
 def device_key(device: str, dtype: str) -> str:
@@ -136,16 +138,19 @@ def _is_probe(value: object) -> None:
 
 
 # Keyed by machine and model. Bump the version when the probe changes: older entries are probed again.
-PROBES = JsonCache("dtype-probes.json", Schema("dtype probes", 1), _is_probe, then="probed again on the next run")
+# Version 2: the fastest of 3 rounds taking turns (version 1 timed one forward of each, in turn).
+PROBES = JsonCache("dtype-probes.json", Schema("dtype probes", 2), _is_probe, then="probed again on the next run")
 
 
 def probe_key(spec: str) -> str:
     return f"{device_key('cpu', 'float32/bfloat16')}|{spec}"
 
 
-def probe(model, tokens: int = PROBE_TOKENS) -> dict:
+def probe(model, tokens: int = PROBE_TOKENS, rounds: int = PROBE_ROUNDS) -> dict:
     """Seconds of one forward of ``tokens`` tokens of ``model`` (float32, on a CPU) and of a
-    bfloat16 copy of it, each timed after a warm-up of the same shape."""
+    bfloat16 copy of it: after a warm-up of each, ``rounds`` rounds that time one of each in turn,
+    and the fastest of each. On a machine other work shares, one timing of each moved by 4x between
+    calls; taking turns and the minimum compares the two at their least disturbed."""
     import copy
     import time
 
@@ -155,16 +160,16 @@ def probe(model, tokens: int = PROBE_TOKENS) -> dict:
     ids = torch.randint(0, min(vocab, 1000), (1, tokens))
 
     def seconds(m) -> float:
-        with torch.inference_mode():
-            m(input_ids=ids, use_cache=False, logits_to_keep=1)  # warm-up, same shape
-            t0 = time.perf_counter()
-            m(input_ids=ids, use_cache=False, logits_to_keep=1)
-            return time.perf_counter() - t0
+        t0 = time.perf_counter()
+        m(input_ids=ids, use_cache=False, logits_to_keep=1)
+        return time.perf_counter() - t0
 
-    full = seconds(model)
     low = copy.deepcopy(model).to(torch.bfloat16)
     try:
-        return {"tokens": tokens, "float32": full, "bfloat16": seconds(low)}
+        with torch.inference_mode():
+            seconds(model), seconds(low)  # warm-up, same shape
+            timed = [(seconds(model), seconds(low)) for _ in range(rounds)]
+        return {"tokens": tokens, "float32": min(t[0] for t in timed), "bfloat16": min(t[1] for t in timed)}
     finally:
         del low
 
