@@ -23,8 +23,9 @@ the slower half), so one rate from one length misplans every other length: a pla
 with the two rates solved from forwards of 1024 and 4096 tokens (:func:`fit`), and the same for
 decoding steps from steps on caches of those two sizes (latency-bound: 20 times fewer FLOP/s on a
 CPU). Why 1024 and 4096: attention is 14% of a 1k forward's FLOPs and 40% of a 4k one's for the
-default model, enough spread to separate the two rates, and the pair costs about 6 s of a 2-core
-CPU in float32 (8k would give more spread but cost four times as much on every first run).
+default model, enough spread to separate the two rates; with a 4k warm-up and the decoding steps
+the measurement costs about 25 s of a 2-core CPU in float32 (8k would give more spread but cost
+three times as much on every first run; a 2k second length is cheaper but gives too little).
 
 Measured once per (device, dtype, model) on its first run and cached (see :func:`measured_rate`).
 Until then the default model on a CPU uses :data:`DEFAULT_CPU` (fitted the same way from the

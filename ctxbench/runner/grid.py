@@ -269,9 +269,10 @@ def _summarise(show, jobs: list[Job], outcome: Outcome, out) -> None:
     show.print(f"[dim]{outcome.ran} cell(s) run, {outcome.skipped} resumed, {outcome.failed} failed{where}[/]")
 
 
-# FLOPs of a run above which a first run on a device measures its throughput (~10 s of the
-# default model on a 2-core CPU): a run shorter than the measurement is not worth it.
-CALIBRATE_ABOVE = 1e12
+# FLOPs of a run above which a first run on a device measures its throughput (~25 s of the
+# default model on a 2-core CPU in float32, what the measurement itself costs: forwards of 1k and
+# 4k tokens after a 4k warm-up, and decoding steps): a run shorter than that is not worth it.
+CALIBRATE_ABOVE = 3e12
 
 
 def _calibrated(show, lm, plan) -> None:

@@ -172,3 +172,15 @@ def test_a_loaded_model_is_in_the_dtype_auto_chose(tmp_path, monkeypatch):
     for a, b in zip(lm.model.parameters(), again.model.parameters(), strict=True):
         assert torch.equal(a, b)
     assert load(str(model), device="cpu", dtype="float32").dtype == "float32"  # asked for: no choice
+
+
+def test_the_docs_quote_the_committed_parity():
+    from helpers import ROOT
+
+    found = autodtype.committed_parity()["smollm2-135m"]
+    equal = round(found.answers_equal * found.trials)
+    page = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    assert f"perplexity within **{found.ppl_max_rel_diff:.2%}** in all {found.ppl_cells} cells" in page
+    assert f"**{equal} of {found.trials}** answers equal" in page
+    readme = " ".join((ROOT / "results" / "README.md").read_text().split())
+    assert f"perplexity within {found.ppl_max_rel_diff:.2%} in all {found.ppl_cells} cells, {equal} of {found.trials} retrieval answers equal" in readme
