@@ -25,6 +25,12 @@ def test_vllm_refuses_a_method_it_cannot_run_naming_hf(method, monkeypatch, caps
     assert "plan" not in out  # refused before the plan
 
 
+def test_vllm_refuses_ntk_mixed_outside_float32_naming_the_dtype_that_runs_it(monkeypatch, capsys):
+    # the engine check found vLLM 0.32 computing ln(s) in bf16 (docs/backends.md); refused before the plan
+    code, _, err = cli_main(["ppl", "--backend", "vllm", "--method", "ntk-mixed", "--param", "mixed_b=0.625"], monkeypatch, capsys)
+    one_error_line(code, err, ["ntk-mixed", "bfloat16", "--dtype float32"])
+
+
 def test_vllm_refuses_metrics_that_need_hidden_states(monkeypatch, capsys):
     code, _, err = cli_main(["ppl", "--backend", "vllm", "--metrics", "kl"], monkeypatch, capsys)
     one_error_line(code, err, ["kl", "--backend hf"])
