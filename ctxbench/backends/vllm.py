@@ -82,10 +82,10 @@ def check(methods, metrics, config) -> None:
                             f"run --metrics {metric} with --backend hf (answer_nll runs on both)")  # fmt: skip
     for method in methods:
         reason = refusal(method)
-        if method.freq.name == "ntk-mixed" and config.dtype != "float32":  # what the engine check found, said before the plan
-            raise UserError(f"vLLM computes {method.label}'s a = ln(s) / (d/2)^b as a tensor of the model's dtype: in "
-                            f"{'bfloat16' if config.dtype == 'auto' else config.dtype} its frequencies are not the method's "
-                            "(at x4, position 10464 rotates half a turn away)", "add --dtype float32, or run it with --backend hf")  # fmt: skip
+        only = method.freq.exports.vllm_float32_only  # what the engine check found, said before the plan
+        if only and config.dtype != "float32":
+            dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+            raise UserError(f"{method.label} in {dtype} on vLLM: {only}", "add --dtype float32, or run it with --backend hf")
         if reason is not None:
             raise UserError(f"vLLM cannot run method '{method.label}': {reason}",
                             f"run it with --backend hf, which runs every method (vLLM runs: {', '.join(runs())})")  # fmt: skip

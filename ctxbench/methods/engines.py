@@ -46,6 +46,9 @@ class Exports:
     vllm: Callable | str = ""
     llamacpp: Callable | str = ""
     fields: Callable | None = None
+    # where the running vLLM computes the method right only in float32, why (``--backend vllm`` refuses
+    # it in another dtype before the plan; its engine check would refuse the engine)
+    vllm_float32_only: str = ""
 
     @classmethod
     def refused(cls, reason: str) -> Exports:

@@ -226,6 +226,8 @@ METHODS: dict[str, Method] = {
         exports=Exports(
             "transformers has no rope type with NTK-RoPE-mixed's per-pair factors exp(a*m^b)",
             same_in_vllm, "llama.cpp has no per-pair NTK-RoPE-mixed factors", fields=ntk_mixed_fields,
+            vllm_float32_only="vLLM (0.32) computes its a = ln(s) / (d/2)^b as a tensor of the model's dtype, so in bf16 "
+            "its frequencies are not the method's (at x4, position 10464 rotates half a turn away)",
         ),
     ),  # fmt: skip
     "proportional": Method(
