@@ -73,8 +73,7 @@ def main() -> None:
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for task, kw in grid:
         cells = [p for p in pairs if p.task == task and p.metric == "accuracy" and p.verdict != "unpaired"]
-        same = sum(int(p.detail.split("/")[0]) for p in cells)
-        total = sum(int(p.detail.split("/")[1].split()[0]) for p in cells)
+        same, total = sum(p.same for p in cells), sum(p.trials for p in cells)
         hf, vl = seconds[("hf", task)], seconds[("vllm", task)]
         lines.append(f"| {task} | {kw['length']} | {hf:.0f} | {vl:.0f} | {hf / vl:.2f}x | {same}/{total} ({same / max(1, total):.0%}) | "
                      f"{sum(p.verdict == 'same' for p in cells)}/{len(cells)} |")  # fmt: skip

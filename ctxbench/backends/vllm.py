@@ -127,10 +127,15 @@ class VllmModel:
     sampling: object = None  # what makes sampling parameters: vllm.SamplingParams (None), a stand-in without vLLM
     _engine: tuple | None = None  # (key, max_model_len, LLM)
 
+    def engine_key(self, method, factor, length: int) -> tuple:
+        """What tells one engine from another: the method setting and factor, and the length for a
+        method whose frequencies depend on it."""
+        return (method, factor, length if method.dynamic_for(self.geometry) else None)
+
     def engine(self, method, factor: float, seq_len: int):
         """The engine for ``method`` at ``factor`` able to run ``seq_len`` tokens: the running one if
         it is that, else a new one (the old one shut down first: one engine's memory at a time)."""
-        key = (method, factor, seq_len if method.dynamic_for(self.geometry) else None)
+        key = self.engine_key(method, factor, seq_len)
         if self._engine is not None and self._engine[0] == key and self._engine[1] >= seq_len:
             return self._engine[2]
         self.close()

@@ -49,6 +49,8 @@ class Pair:
     verdict: str  # same | differs | unpaired
     detail: str  # "10/10 same answers, McNemar p = 1" or "+0.31% (tolerance 2%)"
     backends: tuple[str, str] = ("", "")
+    same: int = 0  # retrieval: trials with the same answer on both backends (same_answer)
+    trials: int = 0  # retrieval: trials in both files
 
 
 def _key(record: dict, tasks) -> tuple:
@@ -123,7 +125,7 @@ def parity(a_path: str, b_path: str) -> tuple[list[Pair], list[str]]:
             verdict = "differs" if p < ALPHA else "same"
             pairs.append(Pair(**f, metric="accuracy", a=sum(ra) / len(ra), b=sum(rb) / len(rb), verdict=verdict,
                               detail=f"{agree}/{len(common)} same answers, {right_wrong + wrong_right} discordant, McNemar p = {p:.3g}",
-                              backends=backends))  # fmt: skip
+                              backends=backends, same=agree, trials=len(common)))  # fmt: skip
         for metric in ("ppl", "answer_nll"):
             x, y = a["agg"].get(metric), b["agg"].get(metric)
             if x is None or y is None:

@@ -224,10 +224,8 @@ def execute(
 
 
 def _engine_starts(lm, jobs, todo) -> int:
-    """Engines an engine backend starts for the pending cells: one per method setting and factor, and
-    per length for a method whose frequencies depend on it (``VllmModel.engine``'s key)."""
-    keys = {(c.method, c.factor, c.length if c.method.dynamic_for(lm.geometry) else None) for p in todo for c in p.todo}
-    return len(keys)
+    """Engines an engine backend starts for the pending cells: one per distinct ``lm.engine_key``."""
+    return len({lm.engine_key(c.method, c.factor, c.length) for p in todo for c in p.todo})
 
 
 def _check_layouts(lm, jobs) -> None:
