@@ -491,7 +491,7 @@ def parity_summary() -> None:
     """Per method and factor: perplexity's largest relative difference over its lengths, and the trials
     answered the same on niah (the README's table)."""
     by: dict = {}
-    for task, label, factor, length, metric, a, b, verdict, detail in _parity_rows():
+    for task, label, factor, length, metric, _a, _b, verdict, detail in _parity_rows():
         entry = by.setdefault((label, factor), {"ppl": [], "niah": [0, 0], "differs": 0, "lengths": set()})
         entry["lengths"].add(int(length))
         entry["differs"] += verdict == "differs"

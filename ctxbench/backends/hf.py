@@ -14,6 +14,10 @@ def check(methods, metrics, config) -> None:
     """transformers runs every method and metric."""
 
 
+def check_cells(lm, jobs, contexts) -> None:
+    """transformers computes any position of every method."""
+
+
 def load(config):
     from ctxbench.model.load import load as load_model
 

@@ -105,6 +105,29 @@ def refusal(method) -> str | None:
     return method.export_refusal("vllm")
 
 
+def check_cells(lm, jobs, contexts) -> None:
+    """Refuse, before the plan, a cell whose positions run past the rotary table vLLM builds for its
+    method (:func:`ctxbench.methods.vllm_table_positions`: yarn's ends at the original length times
+    the factor). A cell needs its length, plus the answer a task decodes past it (``max_new_tokens``:
+    passkey's prompt fills the length; RULER's prompt and answer fit in it). The engine check, when
+    the engine starts, still compares every position the run uses."""
+    from ctxbench.methods import vllm_table_positions
+    from ctxbench.methods.export import vllm_settings
+
+    for job, ctx in zip(jobs, contexts, strict=True):
+        past = int(getattr(job.settings, "max_new_tokens", 0) or 0)
+        for cell in job.task.cells(job.settings, ctx):
+            factor = cell.factor or 1.0
+            rope = vllm_settings(cell.method, lm.geometry, factor)["hf_overrides"].get("rope_parameters") or {}
+            table = vllm_table_positions(rope)
+            if table is not None and cell.length + past > table:
+                what = f"{cell.method.label} x{factor:g}"
+                need = f"{cell.length}" + (f" + {past} answer tokens" if past else "")
+                raise UserError(f"vLLM {lm.engine_version} builds {what}'s rotary table for {table} positions "
+                                f"(original length x factor), and {job.task.name} at {cell.length} needs {need}",
+                                f"run lengths up to {table - past}, a larger --factor, or --backend hf (transformers computes any position)")  # fmt: skip
+
+
 @dataclass
 class VllmModel:
     """A model served by vLLM: what rows need to say where numbers came from (as

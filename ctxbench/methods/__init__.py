@@ -72,9 +72,9 @@ from ctxbench.methods.branches import (  # noqa: F401
 from ctxbench.methods.engines import (  # noqa: F401
     ATTENTION_REFUSAL,
     DCA_REFUSAL,
-    DYNAMIC_IN_VLLM,
     DCA_VLLM_REFUSAL,
     DUAL_CHUNK_MODELS,
+    DYNAMIC_IN_VLLM,
     VLLM_DUAL_CHUNK_MODELS,
     VLLM_ROPE_TYPES,
     Exports,
@@ -89,6 +89,7 @@ from ctxbench.methods.engines import (  # noqa: F401
     proportional_rope,
     rebased,
     same_in_vllm,
+    vllm_table_positions,
     yarn_flags,
     yarn_rope,
     yarn_vllm,

@@ -61,6 +61,16 @@ class Exports:
         return None if callable(how) else how
 
 
+def vllm_table_positions(rope: dict) -> int | None:
+    """How many positions vLLM (0.32) builds the rotary table of these ``rope_parameters`` for, where
+    ``max_position_embeddings`` does not size it (``--backend vllm`` raises that one to the run's
+    length), else None. vLLM's ``YaRNScalingRotaryEmbedding`` sizes its cos/sin cache as
+    ``original_max_position_embeddings * factor``, whatever ``max_position_embeddings`` says."""
+    if rope.get("rope_type") == "yarn":
+        return int(rope["original_max_position_embeddings"] * rope["factor"])
+    return None
+
+
 def same_in_vllm(rope: dict, factor: float) -> dict:
     """vLLM reads these ``rope_parameters`` as transformers does."""
     return dict(rope)

@@ -176,6 +176,9 @@ def execute(
     check_loaded(jobs, lm)  # again on the loaded model: a hub config read only now, the same words otherwise
     contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
     _check_layouts(lm, jobs)  # and a method whose frequencies do not fit the model's rotary tables
+    from ctxbench import backends
+
+    backends.of(lm).check_cells(lm, jobs, contexts)  # or a cell past the end of an engine's rotary table
     if hasattr(lm, "reserve"):  # an engine backend: the longest sequence its engines are started for
         lm.reserve = max(c.length for job, ctx in zip(jobs, contexts, strict=True) for c in job.task.cells(job.settings, ctx))
 
@@ -210,6 +213,9 @@ def execute(
                 outcome.keys |= part.keys
     except KeyboardInterrupt as exc:  # every finished cell is already in the file (saved cell by cell)
         raise Interrupted(len(results.done_cells()), out, getattr(exc, "signal_name", "SIGINT")) from None
+    finally:
+        if isinstance(model, ModelConfig) and hasattr(lm, "close"):
+            lm.close()  # the engine this run started (vLLM's reserved KV cache), shut down with the run
     if hasattr(lm, "starts"):
         outcome.engine_starts = [seconds for _, seconds in lm.starts]
     if w.active:

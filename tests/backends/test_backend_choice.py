@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from helpers import cli_main, one_error_line
 
 from ctxbench.results.identity import cell_key, normalise
-from helpers import cli_main, one_error_line
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 

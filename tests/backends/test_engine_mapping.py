@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import run_settings
 
 from ctxbench.backends.vllm import VllmModel
 from ctxbench.methods import resolve
 from ctxbench.model.decoding import stop_tokens
 from ctxbench.tasks import passkey, ppl
-from helpers import run_settings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -50,7 +50,7 @@ class FakeEngine:
 
 class FakeVllm(VllmModel):
     def engine(self, method, factor, seq_len):
-        self.starts.append((method.label, factor, seq_len))
+        self.starts.append(((method.label, factor, seq_len), 0.0))  # (key, seconds), as a real start
         return FakeEngine(self.hf, method, factor, seq_len)
 
 
@@ -109,7 +109,7 @@ def test_passkey_answers_and_answer_nll_equal_the_hf_path(tiny_lm, fake_vllm):
 def test_each_engine_is_asked_for_its_method_factor_and_length(fake_vllm, corpus_dir):
     run_settings(fake_vllm, "ppl", _ppl_settings(corpus_dir))
     # one shared pass per method at the longest length (a causal, length-independent method)
-    assert fake_vllm.starts == [("none", 1.0, 200), ("yarn", 2.0, 200)]  # none ignores the factor
+    assert [key for key, _ in fake_vllm.starts] == [("none", 1.0, 200), ("yarn", 2.0, 200)]  # none ignores the factor
 
 
 def test_rows_name_the_engine_and_its_version(fake_vllm, tiny_lm, corpus_dir):
@@ -117,3 +117,25 @@ def test_rows_name_the_engine_and_its_version(fake_vllm, tiny_lm, corpus_dir):
     hf = run_settings(tiny_lm, "ppl", _ppl_settings(corpus_dir)).records
     assert {r["backend"] for r in engine} == {"vllm fake"}
     assert {r["backend"] for r in hf} == {"hf"}
+
+
+def test_a_cell_past_the_end_of_the_engines_yarn_table_is_refused_before_any_engine_starts(fake_vllm):
+    from ctxbench.errors import UserError
+    from ctxbench.runner.grid import Job, execute
+    from ctxbench.tasks import get
+
+    table = 8 * fake_vllm.geometry.trained_len  # vLLM's yarn x8 table: the original length times the factor
+    job = Job(get("passkey"), _passkey_settings(factors=[8.0], lengths=[table]))  # the prompt fills the table; its answer runs past it
+    with pytest.raises(UserError, match=f"yarn x8's rotary table for {table} positions .* needs {table} \\+ 10 answer tokens"):
+        execute([job], fake_vllm)
+    assert fake_vllm.starts == []
+
+
+def test_a_cell_whose_answer_fits_the_engines_yarn_table_runs(fake_vllm):
+    from ctxbench.runner.grid import Job, execute
+    from ctxbench.tasks import get
+
+    table = 8 * fake_vllm.geometry.trained_len
+    settings = _passkey_settings(methods=[resolve("yarn")], factors=[8.0], lengths=[table - 10], trials=1, depths=[0.0])
+    execute([Job(get("passkey"), settings)], fake_vllm)
+    assert fake_vllm.starts  # ran: the prompt and its 10 answer tokens end at the table's last position

@@ -5,10 +5,10 @@ and the answer NLL the relative difference against the bf16 tolerance."""
 from __future__ import annotations
 
 import pytest
+from helpers import cli_main
 
 from ctxbench.report.parity import RTOL, parity
 from ctxbench.results.store import COLUMNS, write_records
-from helpers import cli_main
 
 
 def _row(**kw) -> dict:
@@ -24,7 +24,7 @@ def _passkey(backend, dtype, outcomes, answers=None):
     rows = [_row(task="passkey", trial=t, metric="correct", value=v, answer=(answers or {}).get(t, f"{v}"), backend=backend, dtype=dtype,
                  depth="0.5", options='{"chat": false, "digits": 5}') for t, v in enumerate(outcomes)]  # fmt: skip
     rows.append(_row(task="passkey", trial="all", metric="accuracy", value=sum(outcomes) / len(outcomes), backend=backend, dtype=dtype,
-                     depth="0.5", options='{"chat": false, "digits": 5}', extra='{"trials": %d}' % len(outcomes)))  # fmt: skip
+                     depth="0.5", options='{"chat": false, "digits": 5}', extra=f'{{"trials": {len(outcomes)}}}'))  # fmt: skip
     return rows
 
 
