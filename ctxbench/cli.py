@@ -335,11 +335,11 @@ def _parity(base: str, new: str, fmt: str) -> None:
         from rich.table import Table
 
         table = Table(title=f"{base} -> {new}: parity across backends")
-        for col in ("task", "method", "factor", "length", "metric", "base", "new", "verdict", "detail"):
+        for col in ("task", "method", "factor", "length", "depth", "metric", "base", "new", "verdict", "detail"):
             table.add_column(col)
         colour = {"same": "green", "differs": "red", "unpaired": "dim"}
         for p in pairs:
-            table.add_row(p.task, p.label, p.factor or "-", p.length, p.metric, parity._num(p.a, p.metric), parity._num(p.b, p.metric),
+            table.add_row(p.task, p.label, p.factor or "-", p.length, p.depth or "-", p.metric, parity._num(p.a, p.metric), parity._num(p.b, p.metric),
                           f"[{colour[p.verdict]}]{p.verdict}[/]", p.detail)  # fmt: skip
         console.print(table)
         for note in notes:

@@ -441,7 +441,11 @@ PARITY_FILES = (
     ("results/ppl-smollm2-factor2.csv", "results/vllm-ppl-smollm2-x2.csv"),
     ("results/niah-smollm2-x2-ruler.csv", "results/vllm-niah-smollm2.csv"),
     ("results/niah-smollm2-validation.csv", "results/vllm-niah-smollm2.csv"),
+    ("results/passkey-smollm2-yarn-heatmap.csv", "results/vllm-passkey-smollm2.csv"),
+    ("results/passkey-smollm2-16k.csv", "results/vllm-passkey-smollm2.csv"),
+    ("results/parity-ntk-alpha-longrope-hf.csv", "results/parity-ntk-alpha-longrope-vllm.csv"),
     ("results/backend-hf.csv", "results/backend-vllm.csv"),
+    ("results/backend-hf-2k4k.csv", "results/backend-vllm-2k4k.csv"),
 )
 
 
@@ -470,9 +474,9 @@ def _parity_rows() -> tuple[tuple[str, ...], ...]:
             os.chdir(cwd)
         for line in out.getvalue().splitlines():
             cells = tuple(c.strip() for c in line.strip().strip("|").split("|"))
-            if len(cells) != 9 or cells[0] in ("task", "---"):
+            if len(cells) != 10 or cells[0] in ("task", "---"):
                 continue
-            key = cells[:5]
+            key = cells[:6]
             if key not in seen:
                 seen.add(key)
                 rows.append(cells)
@@ -481,33 +485,39 @@ def _parity_rows() -> tuple[tuple[str, ...], ...]:
 
 def parity_table() -> None:
     """Every paired cell: the docs' full table."""
-    lines = ["| task | method | factor | length | metric | hf float32 | vllm bf16 | verdict | detail |",
-             "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | --- |"]  # fmt: skip
+    lines = ["| task | method | factor | length | depth | metric | hf float32 | vllm bf16 | verdict | detail |",
+             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |"]  # fmt: skip
     lines += ["| " + " | ".join(_cell(c) if i == 1 else c for i, c in enumerate(r)) + " |" for r in _parity_rows()]
     _out("\n".join(lines))
 
 
+def _k(n: int) -> str:
+    """1024 -> 1k, 16384 -> 16k."""
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
 def parity_summary() -> None:
     """Per method and factor: perplexity's largest relative difference over its lengths, and the trials
-    answered the same on niah (the README's table)."""
+    answered the same on niah and on passkey (the README's table)."""
     by: dict = {}
-    for task, label, factor, length, metric, _a, _b, verdict, detail in _parity_rows():
-        entry = by.setdefault((label, factor), {"ppl": [], "niah": [0, 0], "differs": 0, "lengths": set()})
+    for task, label, factor, length, _depth, metric, _a, _b, verdict, detail in _parity_rows():
+        entry = by.setdefault((label, factor), {"ppl": [], "niah": [0, 0], "passkey": [0, 0], "differs": 0, "lengths": set()})
         entry["lengths"].add(int(length))
         entry["differs"] += verdict == "differs"
         if metric == "ppl":
             entry["ppl"].append(abs(float(detail.split("%")[0])))
-        elif metric == "accuracy" and task == "niah":
+        elif metric == "accuracy" and task in ("niah", "passkey"):
             same, of = detail.split(" same answers")[0].split("/")
-            entry["niah"][0] += int(same)
-            entry["niah"][1] += int(of)
-    lines = ["| method | factor | ppl: largest difference | niah: same answers | cells that differ |",
-             "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+            entry[task][0] += int(same)
+            entry[task][1] += int(of)
+    lines = ["| method | factor | ppl: largest difference | niah: same answers | passkey: same answers | lengths | cells that differ |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: |"]  # fmt: skip
     order = {m: i for i, m in enumerate(("none", "linear", "ntk", "yarn", "llama3"))}
     for (label, factor), e in sorted(by.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][0], kv[0][1])):
         ppl = f"{max(e['ppl']):.2f}% ({len(e['ppl'])} cells)" if e["ppl"] else "-"
-        niah = f"{e['niah'][0]}/{e['niah'][1]} ({e['niah'][0] / e['niah'][1]:.0%})" if e["niah"][1] else "-"
-        lines.append(f"| {_cell(label)} | {factor} | {ppl} | {niah} | {e['differs']} |")
+        same = {t: f"{e[t][0]}/{e[t][1]} ({e[t][0] / e[t][1]:.0%})" if e[t][1] else "-" for t in ("niah", "passkey")}
+        lengths = "-".join(_k(n) for n in (min(e["lengths"]), max(e["lengths"])))
+        lines.append(f"| {_cell(label)} | {factor} | {ppl} | {same['niah']} | {same['passkey']} | {lengths} | {e['differs']} |")
     _out("\n".join(lines))
 
 

@@ -168,11 +168,12 @@ def summary(pairs: list[Pair]) -> str:
 
 def to_markdown(pairs: list[Pair], notes: list[str]) -> str:
     """The parity table as Markdown (the README's and docs' table is this, generated)."""
-    lines = ["| task | method | factor | length | metric | A | B | verdict | detail |", "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | --- |"]
+    lines = ["| task | method | factor | length | depth | metric | A | B | verdict | detail |",
+             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |"]  # fmt: skip
     for p in pairs:
         if p.verdict == "unpaired":
             continue
-        lines.append(f"| {p.task} | {p.label} | {p.factor or '-'} | {p.length} | {p.metric} | {_num(p.a, p.metric)} | {_num(p.b, p.metric)} | "
+        lines.append(f"| {p.task} | {p.label} | {p.factor or '-'} | {p.length} | {p.depth or '-'} | {p.metric} | {_num(p.a, p.metric)} | {_num(p.b, p.metric)} | "
                      f"{p.verdict} | {p.detail} |")  # fmt: skip
     return "\n".join(lines + ([""] + [f"note: {n}" for n in notes] if notes else []) + [""])
 

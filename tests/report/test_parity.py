@@ -86,4 +86,12 @@ def test_the_command_exits_1_when_a_cell_differs_and_0_when_all_agree(tmp_path, 
     assert code == 0 and "1/1 paired cells the same" in out
     a, b = _files(tmp_path, _ppl("hf", "float32", 10.0), _ppl("vllm 0.32.0", "bfloat16", 11.0))
     code, out, _ = cli_main(["compare", "--across-backends", a, b, "--format", "markdown"], monkeypatch, capsys)
-    assert code == 1 and "| ppl | yarn | 2 | 4096 | ppl | 10 | 11 | differs | +10.00% (tolerance 1%) |" in out
+    assert code == 1 and "| ppl | yarn | 2 | 4096 | - | ppl | 10 | 11 | differs | +10.00% (tolerance 1%) |" in out
+
+
+def test_each_depth_of_a_retrieval_grid_is_its_own_row(tmp_path, monkeypatch, capsys):
+    hf = _passkey("hf", "float32", [1, 1]) + [{**r, "depth": "0.9"} for r in _passkey("hf", "float32", [1, 0])]
+    vllm = _passkey("vllm 0.32.0", "bfloat16", [1, 1]) + [{**r, "depth": "0.9"} for r in _passkey("vllm 0.32.0", "bfloat16", [1, 0])]
+    a, b = _files(tmp_path, hf, vllm)
+    _, out, _ = cli_main(["compare", "--across-backends", a, b, "--format", "markdown"], monkeypatch, capsys)
+    assert "| 0.5 | accuracy | 100% | 100% |" in out and "| 0.9 | accuracy | 50% | 50% |" in out
