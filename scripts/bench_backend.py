@@ -2,7 +2,8 @@
 (vLLM, bf16), end to end, in one process run: RULER's niah ``single_1`` and passkey, each method at one
 factor, through the API every command uses (``ctxbench.run``), model loads and engine starts included.
 Prints each backend's wall time per task and their ratio, and how often the two answer the same
-(per trial, with McNemar's test on the trials one gets right and the other wrong:
+(per trial: the same answer text, and the same score, since two different wrong answers both score 0;
+with McNemar's test on the trials one gets right and the other wrong:
 ``ctxbench compare --across-backends``). Needs vLLM (``CTXBENCH_VLLM=1 bash scripts/setup.sh``).
 
     python scripts/bench_backend.py                       # niah 8k,16k and passkey 16k, none and yarn x2, 10 trials
@@ -75,16 +76,17 @@ def main() -> None:
     lines = [f"{cpu}, {os.cpu_count()} cores; vLLM {version()}; methods {args.methods} at factor {args.factor}, "
              f"{args.trials} trials per niah cell; wall time of each backend, model load and engine starts included, "
              "each method run on its own, vLLM first:", "",
-             "| task | lengths | methods on both | hf float32, s | vllm bf16, s | speed-up | same answers | cells the same (McNemar) |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+             "| task | lengths | methods on both | hf float32, s | vllm bf16, s | speed-up | same answers | same score | cells the same (McNemar) |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for task, kw in grid:
         timed = [m for m in methods if ("hf", task, m) in seconds]
         cells = [p for p in pairs if p.task == task and p.metric == "accuracy" and p.verdict != "unpaired"]
-        same, total = sum(p.same for p in cells), sum(p.trials for p in cells)
+        same, scored, total = sum(p.same for p in cells), sum(p.same_score for p in cells), sum(p.trials for p in cells)
         hf, vl = (sum(seconds[(b, task, m)] for m in timed) for b in ("hf", "vllm"))
         ratio = f"{hf / vl:.2f}x" if vl else "-"
         lines.append(f"| {task} | {kw['length']} | {','.join(timed) or '-'} | {hf:.0f} | {vl:.0f} | {ratio} | "
-                     f"{same}/{total} ({same / max(1, total):.0%}) | {sum(p.verdict == 'same' for p in cells)}/{len(cells)} |")  # fmt: skip
+                     f"{same}/{total} ({same / max(1, total):.0%}) | {scored}/{total} ({scored / max(1, total):.0%}) | "
+                     f"{sum(p.verdict == 'same' for p in cells)}/{len(cells)} |")  # fmt: skip
     lines += [f"\nnote: {note}" for note in notes]
     text = "\n".join(lines) + "\n"
     print("\n" + text)

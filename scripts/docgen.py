@@ -501,21 +501,23 @@ def parity_summary() -> None:
     answered the same on niah and on passkey (the README's table)."""
     by: dict = {}
     for task, label, factor, length, _depth, metric, _a, _b, verdict, detail in _parity_rows():
-        entry = by.setdefault((label, factor), {"ppl": [], "niah": [0, 0], "passkey": [0, 0], "differs": 0, "lengths": set()})
+        entry = by.setdefault((label, factor), {"ppl": [], "niah": [0, 0, 0], "passkey": [0, 0, 0], "differs": 0, "lengths": set()})
         entry["lengths"].add(int(length))
         entry["differs"] += verdict == "differs"
         if metric == "ppl":
             entry["ppl"].append(abs(float(detail.split("%")[0])))
         elif metric == "accuracy" and task in ("niah", "passkey"):
             same, of = detail.split(" same answers")[0].split("/")
+            scored = detail.split(" same score")[0].split("(")[-1].split("/")[0]
             entry[task][0] += int(same)
             entry[task][1] += int(of)
-    lines = ["| method | factor | ppl: largest difference | niah: same answers | passkey: same answers | lengths | cells that differ |",
+            entry[task][2] += int(scored)
+    lines = ["| method | factor | ppl: largest difference | niah: same answers (same score) | passkey: same answers (same score) | lengths | cells that differ |",
              "| --- | ---: | ---: | ---: | ---: | --- | ---: |"]  # fmt: skip
     order = {m: i for i, m in enumerate(("none", "linear", "ntk", "yarn", "llama3"))}
     for (label, factor), e in sorted(by.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][0], kv[0][1])):
         ppl = f"{max(e['ppl']):.2f}% ({len(e['ppl'])} cells)" if e["ppl"] else "-"
-        same = {t: f"{e[t][0]}/{e[t][1]} ({e[t][0] / e[t][1]:.0%})" if e[t][1] else "-" for t in ("niah", "passkey")}
+        same = {t: f"{e[t][0]}/{e[t][1]} ({e[t][2]}/{e[t][1]})" if e[t][1] else "-" for t in ("niah", "passkey")}
         lengths = "-".join(_k(n) for n in (min(e["lengths"]), max(e["lengths"])))
         lines.append(f"| {_cell(label)} | {factor} | {ppl} | {same['niah']} | {same['passkey']} | {lengths} | {e['differs']} |")
     _out("\n".join(lines))
@@ -529,5 +531,18 @@ def backend_methods() -> None:
 
 
 def backend_bench(path: str = "results/backend-bench.md") -> None:
-    """The table ``scripts/bench_backend.py`` wrote on its last committed run."""
-    _out((ROOT / path).read_text().strip())
+    """The table ``scripts/bench_backend.py`` wrote on its last committed run, and per task the trials
+    scored the same on both backends (from the run's committed CSVs, through the parity code)."""
+    from ctxbench.report.parity import parity
+
+    text = (ROOT / path).read_text().strip()
+    if "| same score |" not in text and (ROOT / "results/backend-vllm.csv").is_file():
+        pairs, _ = parity(str(ROOT / "results/backend-hf.csv"), str(ROOT / "results/backend-vllm.csv"))
+        per = {}
+        for p in pairs:
+            if p.metric == "accuracy" and p.verdict != "unpaired":
+                n = per.setdefault(p.task, [0, 0, 0])
+                n[0], n[1], n[2] = n[0] + p.same, n[1] + p.same_score, n[2] + p.trials
+        text += "\n\nPer trial, the same answer text and the same score (two different wrong answers both score 0): " + "; ".join(
+            f"{task} {same}/{n} same answers, {scored}/{n} same score" for task, (same, scored, n) in per.items()) + "."
+    _out(text)

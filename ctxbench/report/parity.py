@@ -5,7 +5,8 @@ are paired on their identity without the backend and the dtype (:data:`ctxbench.
 with the options that only add rows left out, as the pivot does). Each pair gets a verdict:
 
 - retrieval tasks (per-trial rows): the share of trials with the same answer (:func:`same_answer`:
-  as far as both decoded, since the ``hf`` path stops a trial once its answer is found), and the
+  as far as both decoded, since the ``hf`` path stops a trial once its answer is found), the share
+  the task's scorer scores the same (two different wrong answers score the same 0), and the
   exact McNemar test (:func:`ctxbench.stats.mcnemar_exact`) on the discordant trials (right on one
   backend, wrong on the other). ``same`` unless p < 0.05;
 - perplexity (``ppl``) and the answer NLL (``answer_nll``): the relative difference of the cell's
@@ -51,6 +52,7 @@ class Pair:
     backends: tuple[str, str] = ("", "")
     same: int = 0  # retrieval: trials with the same answer on both backends (same_answer)
     trials: int = 0  # retrieval: trials in both files
+    same_score: int = 0  # retrieval: trials the task's scorer scores the same on both backends
 
 
 def _key(record: dict, tasks) -> tuple:
@@ -119,13 +121,15 @@ def parity(a_path: str, b_path: str) -> tuple[list[Pair], list[str]]:
             ra = [a["trials"][t][0] >= 1 for t in common]
             rb = [b["trials"][t][0] >= 1 for t in common]
             agree = sum(same_answer(a["trials"][t][1], b["trials"][t][1]) for t in common)
+            scored = sum(a["trials"][t][0] == b["trials"][t][0] for t in common)
             right_wrong = sum(x and not y for x, y in zip(ra, rb, strict=True))
             wrong_right = sum(y and not x for x, y in zip(ra, rb, strict=True))
             p = mcnemar_exact(right_wrong, wrong_right)
             verdict = "differs" if p < ALPHA else "same"
             pairs.append(Pair(**f, metric="accuracy", a=sum(ra) / len(ra), b=sum(rb) / len(rb), verdict=verdict,
-                              detail=f"{agree}/{len(common)} same answers, {right_wrong + wrong_right} discordant, McNemar p = {p:.3g}",
-                              backends=backends, same=agree, trials=len(common)))  # fmt: skip
+                              detail=f"{agree}/{len(common)} same answers ({scored}/{len(common)} same score), "
+                                     f"{right_wrong + wrong_right} discordant, McNemar p = {p:.3g}",
+                              backends=backends, same=agree, trials=len(common), same_score=scored))  # fmt: skip
         for metric in ("ppl", "answer_nll"):
             x, y = a["agg"].get(metric), b["agg"].get(metric)
             if x is None or y is None:

@@ -95,3 +95,11 @@ def test_each_depth_of_a_retrieval_grid_is_its_own_row(tmp_path, monkeypatch, ca
     a, b = _files(tmp_path, hf, vllm)
     _, out, _ = cli_main(["compare", "--across-backends", a, b, "--format", "markdown"], monkeypatch, capsys)
     assert "| 0.5 | accuracy | 100% | 100% |" in out and "| 0.9 | accuracy | 50% | 50% |" in out
+
+
+def test_two_different_wrong_answers_are_different_answers_with_the_same_score(tmp_path):
+    a, b = _files(tmp_path, _passkey("hf", "float32", [0, 1, 0], {0: "is is is the", 1: "71432.", 2: "none"}),
+                  _passkey("vllm 0.32.0", "bfloat16", [0, 1, 1], {0: "is is a is", 1: "71432.", 2: "71432."}))  # fmt: skip
+    [pair] = parity(a, b)[0]
+    assert (pair.same, pair.same_score, pair.trials) == (1, 2, 3)
+    assert "1/3 same answers (2/3 same score), 1 discordant" in pair.detail
