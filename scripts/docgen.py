@@ -523,6 +523,16 @@ def parity_summary() -> None:
     _out("\n".join(lines))
 
 
+def dtype_control(hf: str = "results/backend-hf.csv", vllm: str = "results/backend-vllm-float32.csv") -> None:
+    """The dtype control of the bench: vLLM in float32 on the bench's cells it holds, against transformers."""
+    from ctxbench.report.parity import parity
+
+    pairs = [p for p in parity(str(ROOT / hf), str(ROOT / vllm))[0] if p.metric == "accuracy" and p.verdict != "unpaired"]
+    cells = ", ".join(f"{p.task} {_cell(p.label)} at {_k(int(p.length))}" for p in pairs)
+    same, n = sum(p.same for p in pairs), sum(p.trials for p in pairs)
+    _out(f"vLLM in float32 against transformers in float32 ({cells}, `{vllm}`): {same}/{n} trials give the same answer text.")
+
+
 def backend_methods() -> None:
     """The methods ``--backend vllm`` runs (the registry's, as ``export --to vllm`` expresses them)."""
     from ctxbench.backends.vllm import runs
