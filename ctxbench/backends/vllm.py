@@ -260,6 +260,11 @@ def _tables(model) -> dict:
     rotary, scales = {}, set()
     for module in model.modules():
         cache = getattr(module, "cos_sin_cache", None)
+        if cache is None and getattr(module, "long_short_cos_sin_cache", None) is not None:
+            # LongRoPE: the short table (original length rows) then the long one; an engine reads one,
+            # the long one where its max_model_len passes the original length (use_long_rope)
+            k = int(module.original_max_position_embeddings)
+            cache = module.long_short_cos_sin_cache[k:] if module.use_long_rope else module.long_short_cos_sin_cache[:k]
         if cache is not None and id(module) not in rotary:
             rotary[id(module)] = (type(module).__name__, cache.detach().float().cpu())
         impl = getattr(module, "impl", None)

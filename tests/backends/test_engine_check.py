@@ -75,3 +75,21 @@ def test_the_tolerance_is_below_the_smallest_difference_that_matters():
     inv_freq, _ = frequencies(resolve("none"), GEOM, 1.0, LEN)
     assert 16383 * float(inv_freq[0]) * 1e-5 > 0.1 > 2**-7 + 4 * LEN * 2**-24
     assert math.isclose(64**-0.5, 0.125)
+
+
+def test_longrope_is_read_from_the_half_of_vllms_long_short_table_the_engine_uses():
+    """vLLM's LongRoPE keeps the short table (original length rows) and the long one in one buffer and
+    reads the long half when its max_model_len passes the original length."""
+    from types import SimpleNamespace
+
+    from ctxbench.backends.vllm import _tables
+
+    L, n = 64, 256
+    long_t, short_t = torch.full((n, 8), 2.0), torch.full((L, 8), 1.0)
+    module = SimpleNamespace(long_short_cos_sin_cache=torch.cat([short_t, long_t]), original_max_position_embeddings=L, use_long_rope=True)
+    model = SimpleNamespace(modules=lambda: [module])
+    [(_, table)] = _tables(model)["rotary"]
+    assert torch.equal(table, long_t)
+    module.use_long_rope = False
+    [(_, table)] = _tables(model)["rotary"]
+    assert torch.equal(table, short_t)
