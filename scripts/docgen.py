@@ -442,7 +442,6 @@ PARITY_FILES = (
     ("results/niah-smollm2-x2-ruler.csv", "results/vllm-niah-smollm2.csv"),
     ("results/niah-smollm2-validation.csv", "results/vllm-niah-smollm2.csv"),
     ("results/passkey-smollm2-yarn-heatmap.csv", "results/vllm-passkey-smollm2.csv"),
-    ("results/passkey-smollm2-16k.csv", "results/vllm-passkey-smollm2.csv"),
     ("results/parity-ntk-alpha-longrope-hf.csv", "results/parity-ntk-alpha-longrope-vllm.csv"),
     ("results/backend-hf.csv", "results/backend-vllm.csv"),
     ("results/backend-hf-2k4k.csv", "results/backend-vllm-2k4k.csv"),
