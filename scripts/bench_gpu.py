@@ -85,6 +85,7 @@ class Bench:
     def __init__(self, args, device: str, budget: float) -> None:
         self.args, self.device, self.budget, self.t0 = args, device, budget, time.perf_counter()
         self.skipped: list[str] = []
+        self.records: list[dict] = []  # one per printed row, for --json
 
     def over(self, what: str) -> bool:
         if self.budget and time.perf_counter() - self.t0 > self.budget:
@@ -132,7 +133,12 @@ def one_length(n, model, geom, size, peak, plan, bench, backends, methods, ratio
     factor = max(1.0, n / geom.trained_len)
     estimate = plan(n) if plan else None
 
-    def row(what, seconds, mb, base, path="", estimate=None):
+    def row(what, seconds, mb, base, path="", estimate=None, method=""):
+        bench.records.append({"length": n, "what": what, "method": method, "attention_path": path,
+                              "seconds": seconds, "x_plain": seconds / base if seconds is not None and base else None,
+                              "peak_gb": mb / 1024 if seconds is not None else None,
+                              "tflops": size.forward_flops(n) / seconds / 1e12 if seconds else None,
+                              "plan_seconds": estimate, "why_not": None if seconds is not None else mb})  # fmt: skip
         if seconds is None:  # mb: why not
             print(f"| {n} | {what} | {mb} | | | | | {path} | | |")
             return
@@ -146,13 +152,14 @@ def one_length(n, model, geom, size, peak, plan, bench, backends, methods, ratio
         return token_nll(model, ids[0])
 
     plain_s, plain_mb, why = bench.run(f"{n} plain", plain)
-    row("ctxbench forward, plain SDPA (`none`)", plain_s, plain_mb if plain_s is not None else why, None, "sdpa", estimate)
+    row("ctxbench forward, plain SDPA (`none`)", plain_s, plain_mb if plain_s is not None else why, None, "sdpa", estimate,
+        method="none")
     naive_s, naive_mb, why = bench.run(f"{n} naive", lambda: model(ids, labels=ids).loss)
     if naive_s is None:
-        row("naive `labels=` forward", None, why, None)
+        row("naive `labels=` forward", None, why, None, method="naive")
     else:
         memory = f" (peak memory {naive_mb / max(plain_mb, 1):.1f}x)" if plain_s is not None else ""
-        row(f"naive `labels=` forward{memory}", naive_s, naive_mb, plain_s)
+        row(f"naive `labels=` forward{memory}", naive_s, naive_mb, plain_s, method="naive")
     forced = {}
     for label, backend in backends:
 
@@ -162,7 +169,7 @@ def one_length(n, model, geom, size, peak, plan, bench, backends, methods, ratio
 
         s, mb, why = bench.run(f"{n} sdpa-{label}", forced_call)
         forced[label] = s
-        row(f"plain SDPA, {label} backend", s, mb if s is not None else why, plain_s, label)
+        row(f"plain SDPA, {label} backend", s, mb if s is not None else why, plain_s, label, method=f"none/{label}")
     for spec in methods:
         # the tiny --smoke model has 2 layers: ms-poe's default first layer (2) would leave none
         setting = resolve(spec, {"first_layer": 0} if spec == "ms-poe" and model.config.num_hidden_layers <= 2 else None)
@@ -175,11 +182,11 @@ def one_length(n, model, geom, size, peak, plan, bench, backends, methods, ratio
         s, mb, out = bench.run(f"{n} {spec}", method_call)
         path = kernels.ran()
         if s is None:
-            row(spec, None, out, None, path)
+            row(spec, None, out, None, path, method=spec)
             ratios.setdefault(spec, {})[n] = out[:40]
             continue
         vs = ", ".join(f"{s / t:.2f}x {label}" for label, t in forced.items() if t)
-        row(spec + (f" ({vs})" if vs else ""), s, mb, plain_s, path, estimate)
+        row(spec + (f" ({vs})" if vs else ""), s, mb, plain_s, path, estimate, method=spec)
         ratios.setdefault(spec, {})[n] = f"{s / plain_s:.2f}x" if plain_s else "-"
         if first and path.startswith("whole-"):  # the same forward through the block partition
             saved, attention.WHOLE_DEVICES = attention.WHOLE_DEVICES, ()
@@ -190,6 +197,9 @@ def one_length(n, model, geom, size, peak, plan, bench, backends, methods, ratio
                 attention.WHOLE_DEVICES = saved
             if bs is not None:
                 delta = abs(out.double().mean().item() - block.double().mean().item())
+                bench.records.append({"length": n, "what": f"{spec}: block partition", "method": f"{spec}/block",
+                                      "attention_path": kernels.ran(), "seconds": bs, "x_plain": bs / plain_s,
+                                      "delta_nll": delta})  # fmt: skip
                 print(f"| {n} | {spec}: block partition (check: \\|delta NLL\\| {delta:.2e} nats/token) | {bs:.3f} | "
                       f"{bs / plain_s:.2f} | | | | {kernels.ran()} | | |")  # fmt: skip
 
@@ -202,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--budget", type=float, default=0.0, help="seconds after which no new measurement starts (0: none)")
+    ap.add_argument("--json", default="", help="also write every row, the kernel choices and the provenance (torch, "
+                    "device, commit) to this JSON file: the docs' GPU status is generated from it")
     ap.add_argument("--smoke", action="store_true", help="the tiny test shape at 256 and 512 tokens, float32 on a CPU; "
                     "the whole-sequence calls run there too, through the reference kernel")
     args = ap.parse_args(argv)
@@ -264,8 +276,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key}: {choice}  {kernels.TIMINGS.get(key, {})}  {kernels.REJECTED.get(key, {})}")
     if bench.skipped:
         print(f"\nleft out by --budget {args.budget:g}s: {', '.join(bench.skipped)}")
-    print(f"\ntotal {time.perf_counter() - bench.t0:.0f} s")
+    total = time.perf_counter() - bench.t0
+    print(f"\ntotal {total:.0f} s")
+    if args.json:
+        write_json(args.json, bench, name=name, shape=shape, dtype=dtype, device=device, peak=peak, lengths=lengths,
+                   total=total, kernels=kernels)  # fmt: skip
     return 0
+
+
+def write_json(path: str, bench: Bench, *, name, shape, dtype, device, peak, lengths, total, kernels) -> None:
+    """The run as data: provenance (what ran, where, from which commit), every row, the kernel choices."""
+    import datetime
+    import json
+    import platform
+    import subprocess
+
+    import transformers
+
+    commit = os.environ.get("CTXBENCH_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=os.path.dirname(__file__) or "."
+    ).stdout.strip()
+    doc = {
+        "provenance": {
+            "script": "scripts/bench_gpu.py", "device": name, "device_kind": device.split(":")[0],
+            "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+            "python": platform.python_version(), "commit": commit or "unknown", "shape": shape,
+            "dtype": str(dtype).replace("torch.", ""), "lengths": lengths, "matmul_peak_tflops": peak / 1e12,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "seconds": round(total, 1), "budget": bench.budget, "left_out": bench.skipped,
+        },
+        "rows": bench.records,
+        "kernels": {str(k): str(v) for k, v in kernels.chosen().items()},
+    }  # fmt: skip
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
 
 
 if __name__ == "__main__":

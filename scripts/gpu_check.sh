@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check of issue 36 in one command, for a machine with a CUDA GPU (about 8 minutes at most):
-# the CUDA tests (every test with "cuda" in its name under tests/methods: the kernels against the
+# the CUDA tests (every test with "cuda" in its name under tests/methods, tests/runner and tests/model: the kernels against the
 # reference, each attention-level method's logits in float32 and bf16 against the float64 naive
 # reference, the whole-sequence path against the block partition, `ctxbench ppl` end to end), then
 # scripts/bench_gpu.py (Llama-3.2-1B shape, bf16, 8k-128k). Output goes to the terminal and, where
-# $OUT is set, to $OUT/gpu_check.log, $OUT/cuda_tests.log and $OUT/bench_gpu.md.
+# $OUT is set, to $OUT/gpu_check.log, $OUT/cuda_tests.log (+ .xml), $OUT/bench_gpu.md and $OUT/bench_gpu.json.
 #
 #   scripts/gpu_check.sh --fetch-wheels   # on a machine with a package registry: the pure-Python
 #                                         # dependencies a bare GPU image may lack, into .whl/
@@ -15,12 +15,14 @@
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-WHEELS=(array-api-compat==1.16.0)
+# transformers: the release CI tests (the GPU image may hold an older one)
+WHEELS=(array-api-compat==1.16.0 transformers==5.24.0)
 
 if [ "${1:-}" = "--fetch-wheels" ]; then
     mkdir -p .whl
     grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
-    exec "$PY" -m pip download --no-deps --only-binary=:all: -d .whl "${WHEELS[@]}"
+    exec "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl "${WHEELS[@]}"
 fi
 
 LOG=${OUT:-/tmp}/gpu_check.log
@@ -46,14 +48,17 @@ assert torch.cuda.is_available(), "no CUDA device visible"
 EOF
 
 echo "== CUDA tests (limit ${TEST_SECONDS:-270} s)"
-timeout "${TEST_SECONDS:-270}" "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/methods -k cuda -s \
+# SIGINT at the limit: pytest stops cleanly and still writes its summary and the JUnit file
+timeout -s INT "${TEST_SECONDS:-270}" "$PY" -m pytest -q -rfEs -p no:cacheprovider tests/methods tests/runner tests/model \
+    -k cuda -m "not slow" -s --junitxml="${OUT:-/tmp}/cuda_tests.xml" \
     2>&1 | tee "${OUT:-/tmp}/cuda_tests.log" | grep -v "^tests/.*SKIPPED" | tail -n 120
 tests=${PIPESTATUS[0]}
 echo "== CUDA tests exit status $tests (124: time limit)"
 
 echo "== bench_gpu.py (limit ${BENCH_SECONDS:-200} s)"
 # shellcheck disable=SC2086
-timeout "${BENCH_SECONDS:-200}" "$PY" scripts/bench_gpu.py --budget $(( ${BENCH_SECONDS:-200} - 40 )) ${BENCH_ARGS:-} \
+timeout "${BENCH_SECONDS:-200}" "$PY" scripts/bench_gpu.py --budget $(( ${BENCH_SECONDS:-200} - 40 )) \
+    --json "${OUT:-/tmp}/bench_gpu.json" ${BENCH_ARGS:-} \
     | tee "${OUT:-/tmp}/bench_gpu.md"
 bench=${PIPESTATUS[0]}
 echo "== bench exit status $bench (124: time limit); $(( $(date +%s) - start )) s in all"
