@@ -11,7 +11,9 @@ keeps (``attention._fused``), the test oracle:
   the window or chunk, and matches the naive float64 reference of ``test_patching.py`` through a model;
 * the attention path that ran reaches each row's ``extra`` (``attention_kernel``);
 * on CUDA (skipped elsewhere): every method's logits in float32 and bf16 against the naive float64
-  reference, the new path against the block path (|delta NLL| <= 1e-3 nats per token in bf16), and
+  reference (in bf16 within twice plain RoPE's own bf16 error, a bound that must still tell the method
+  from plain RoPE), the new path against the block path (in bf16 within bf16's noise of the float32
+  truth), and
   ``ctxbench ppl`` end to end with every attention-level method.
 """
 
@@ -229,7 +231,8 @@ def test_the_attention_kernel_that_ran_reaches_each_row(tiny_lm, corpus_dir, who
 # --- on CUDA ------------------------------------------------------------------------------------------
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-BF16_NLL = 1e-3  # nats per token: the new path against the block path in bf16
+BF16_NLL = 1e-3  # nats per token: the least bound of the new path against the block path in bf16
+BF16_LOGITS = 0.15  # the least logit bound in bf16 (8 significant bits); bf16_bound measures the real one
 
 
 def gpu_llama(layers: int = 2):
@@ -260,23 +263,42 @@ def nll(logits, ids):
     return torch.nn.functional.cross_entropy(logits[0, :-1].double(), ids[0, 1:]).item()
 
 
+def bf16_bound(model, ids, monkeypatch, cached) -> float:
+    """The logit tolerance of a method in bf16 on this model: twice the largest error of plain RoPE
+    (``none``, one SDPA call) in bf16 against the float64 naive reference, on the same model, input and
+    cache split. A method may be as inexact in bf16 as the model itself is, not more. Measured, not
+    guessed: a fixed 0.15 failed on an H100 for plain SDPA with log-n alone (0.38 off), where every
+    method also passed at 1e-4 in float32."""
+    want = reference_logits(model, ids, "plain")
+    got, _ = cuda_logits(model, "none", None, ids, torch.bfloat16, True, monkeypatch, cached)
+    return max(BF16_LOGITS, 2 * (got - want).abs().max().item())
+
+
+def assert_within(got, want, plain, atol):
+    """``got`` within ``atol`` of the method's reference, and ``atol`` tight enough to tell the method's
+    reference from plain RoPE's (else the check would pass a method that did nothing)."""
+    assert (want - plain).abs().max().item() > atol, "the tolerance cannot tell this method from plain RoPE"
+    assert_close(got, want, atol=atol)
+
+
 @CUDA
-@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-4), (torch.bfloat16, 0.15)])  # bf16: 8 significant bits
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("cached", [None, 100])
 @pytest.mark.parametrize("spec,params,kind,freq,w,k,g", ATTENTION_CASES)
-def test_on_cuda_each_method_matches_the_float64_naive_reference(spec, params, kind, freq, w, k, g, cached, dtype, atol, monkeypatch):
+def test_on_cuda_each_method_matches_the_float64_naive_reference(spec, params, kind, freq, w, k, g, cached, dtype, monkeypatch):
     ids = torch.randint(0, 258, (1, N), generator=torch.Generator().manual_seed(3))
     for model in (llama(), gpu_llama()):  # head dim 16 and 64
         want = reference_logits(model, ids, kind, freq, w, k, g)
         got, path = cuda_logits(model, spec, params, ids, dtype, True, monkeypatch, cached)
-        print(spec, dtype, cached, path, f"{(got - want).abs().max().item():.3g}")
-        assert_close(got, want, atol=atol)
+        atol = 1e-4 if dtype == torch.float32 else bf16_bound(model, ids, monkeypatch, cached)
+        print(spec, dtype, cached, path, f"{(got - want).abs().max().item():.3g} (bound {atol:.3g})")
+        assert_within(got, want, reference_logits(model, ids, "plain"), atol)
 
 
 @CUDA
-@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-4), (torch.bfloat16, 0.15)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("cached", [None, 100])
-def test_on_cuda_ms_poe_matches_the_float64_naive_reference(cached, dtype, atol, monkeypatch):
+def test_on_cuda_ms_poe_matches_the_float64_naive_reference(cached, dtype, monkeypatch):
     """A prefill (SDPA, causal) and a suffix after a cached prefix (one lower-right kernel call), with
     an order no suffix changes (``head_order=reversed``) for the latter."""
     ids = torch.randint(0, 258, (1, N), generator=torch.Generator().manual_seed(3))
@@ -289,8 +311,9 @@ def test_on_cuda_ms_poe_matches_the_float64_naive_reference(cached, dtype, atol,
     with reference(model, relative_positions("plain", N), inv_freq, scale, per_head=per_head), torch.no_grad():
         want = model(ids).logits
     got, path = cuda_logits(model, "ms-poe", params, ids, dtype, True, monkeypatch, cached)
-    print("ms-poe", dtype, cached, path, f"{(got - want).abs().max().item():.3g}")
-    assert_close(got, want, atol=atol)
+    atol = 1e-4 if dtype == torch.float32 else bf16_bound(model, ids, monkeypatch, cached)
+    print("ms-poe", dtype, cached, path, f"{(got - want).abs().max().item():.3g} (bound {atol:.3g})")
+    assert_within(got, want, reference_logits(model, ids, "plain"), atol)
 
 
 def reversed_positions(module, q, k, scaling):
@@ -303,20 +326,33 @@ def reversed_positions(module, q, k, scaling):
 
 
 @CUDA
-@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, BF16_NLL), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("cached", [None, 100])
 @pytest.mark.parametrize("spec,params", CASES, ids=IDS)
-def test_on_cuda_the_whole_sequence_path_gives_the_block_paths_nll(spec, params, cached, dtype, tol, monkeypatch):
+def test_on_cuda_the_whole_sequence_path_gives_the_block_paths_nll(spec, params, cached, dtype, monkeypatch):
+    """float32: the two paths agree to 1e-5 nats per token. bf16: the whole-sequence path is within
+    bf16's own noise of the float32 truth (the block path in float32, itself the naive reference to
+    1e-4 in logits): no farther than twice the block path's bf16 error or plain RoPE's bf16 error, and
+    never than ``BF16_NLL``. Two bf16 kernels accumulate in different orders, so a fixed 1e-3 between
+    them failed on an H100 after a cached prefix (2.3e-3 at most over 18 cases)."""
     ids = torch.randint(0, 258, (1, N), generator=torch.Generator().manual_seed(5))
     model = gpu_llama()
     whole, path = cuda_logits(model, spec, params, ids, dtype, True, monkeypatch, cached)
     block, block_path = cuda_logits(model, spec, params, ids, dtype, False, monkeypatch, cached)
     delta = abs(nll(whole, ids) - nll(block, ids))
-    print(spec, dtype, cached, path, block_path, f"|delta NLL| {delta:.3g}")
     assert block_path.startswith("block-")
-    if dtype == torch.bfloat16:
-        assert path.startswith("whole-"), path  # flash takes every call in bf16
-    assert delta <= tol
+    if dtype == torch.float32:
+        print(spec, dtype, cached, path, block_path, f"|delta NLL| {delta:.3g}")
+        assert delta <= 1e-5
+        return
+    assert path.startswith("whole-"), path  # flash takes every call in bf16
+    truth = nll(cuda_logits(model, spec, params, ids, torch.float32, False, monkeypatch, cached)[0], ids)
+    plain = abs(nll(cuda_logits(model, "none", None, ids, dtype, True, monkeypatch, cached)[0], ids)
+                - nll(cuda_logits(model, "none", None, ids, torch.float32, True, monkeypatch, cached)[0], ids))  # fmt: skip
+    bound = max(BF16_NLL, 2 * abs(nll(block, ids) - truth), 2 * plain)
+    err = abs(nll(whole, ids) - truth)
+    print(spec, dtype, cached, path, block_path, f"|delta NLL| {delta:.3g}, whole vs float32 {err:.3g} (bound {bound:.3g})")
+    assert err <= bound
 
 
 def _cli(argv, workdir, monkeypatch, capsys):
