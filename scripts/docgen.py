@@ -555,3 +555,116 @@ def backend_bench(path: str = "results/backend-bench.md") -> None:
         text += "\n\nPer trial, the same answer text and the same score (two different wrong answers both score 0): " + "; ".join(
             f"{task} {same}/{n} same answers, {scored}/{n} same score" for task, (same, scored, n) in per.items()) + "."
     _out(text)
+
+
+# --- what ran on a GPU ----------------------------------------------------------------------------
+
+GPU_DIR = "results/gpu"
+TWO_BRANCH = ("rerope", "leaky-rerope", "self-extend", "string", "dca")
+
+
+def _gpu_runs() -> tuple[dict | None, list[dict]]:
+    """The newest committed bench run (``results/gpu/bench-*.json``) and the CUDA test rows of that run."""
+    benches = sorted((ROOT / GPU_DIR).glob("bench-*.json"), key=lambda p: json.loads(p.read_text())["provenance"]["date"])
+    if not benches:
+        return None, []
+    bench = json.loads(benches[-1].read_text())
+    tests = ROOT / GPU_DIR / benches[-1].name.replace("bench-", "cuda-tests-").replace(".json", ".csv")
+    rows = list(csv.DictReader(tests.open())) if tests.is_file() else []
+    return bench, rows
+
+
+def _changed_since(commit: str, path: str) -> str:
+    """The newest commit after ``commit`` that changed ``path`` ("" when none, or without git history)."""
+    proc = subprocess.run(["git", "log", "-1", "--format=%h", f"{commit}..HEAD", "--", path], cwd=ROOT, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _range(values: list[float], fmt: str) -> str:
+    lo, hi = min(values), max(values)
+    return format(lo, fmt) if lo == hi else f"{format(lo, fmt)}-{format(hi, fmt)}"
+
+
+def _failures(rows: list[dict]) -> list[str]:
+    """Failed CUDA tests grouped by test function: how many, and the measured values against the bound."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r["outcome"] not in ("failed", "error"):
+            continue
+        name = r["test"].split("::")[1].split("[")[0]
+        found = re.search(r"([0-9.e-]+) (?:>|<=) ([0-9.e-]+)", r["message"])
+        groups.setdefault(name, []).append((float(found.group(1)), float(found.group(2))) if found else (float("nan"),) * 2)
+    out = []
+    for name, vals in groups.items():
+        got = [v for v, _ in vals if v == v]
+        bound = sorted({b for _, b in vals if b == b})
+        out.append(f"`{name}`: {len(vals)}, measured {_range(got, '.3g')} against a bound of {', '.join(f'{b:g}' for b in bound)}")
+    return out
+
+
+def _method_ratios(bench: dict) -> dict[str, dict[int, float]]:
+    by: dict[str, dict[int, float]] = {}
+    for r in bench["rows"]:
+        if r.get("x_plain") is not None and r.get("method") and "/" not in r["method"] and r["method"] not in ("none", "naive"):
+            by.setdefault(r["method"], {})[r["length"]] = r["x_plain"]
+    return by
+
+
+def gpu_status(full: bool = False) -> None:
+    """One statement of what has run on a GPU, the same on every page, generated from ``results/gpu/``
+    (written by ``scripts/gpu_results.py`` from a ``scripts/gpu_check.sh`` run) and from the rows of
+    ``results/niah-smollm2-gpu.csv``: device, torch, commit, the CUDA tests' outcomes, the bench's
+    attention-level methods against plain SDPA, and what has not run. ``full`` adds the tables."""
+    bench, rows = _gpu_runs()
+    if bench is None:
+        _out("**On a GPU:** no run of the current CUDA path is committed (`results/gpu/` is empty).")
+        return
+    p = bench["provenance"]
+    commit = p["commit"][:7]
+    n = {k: sum(r["outcome"] == k for r in rows) for k in ("passed", "failed", "error", "skipped")}
+    f32_failed = [r for r in rows if r["outcome"] in ("failed", "error") and "float32" in r["test"].lower()]
+    text = (f"**On a GPU** (generated from `{GPU_DIR}/`): the current CUDA path, the whole-sequence attention calls, "
+            f"ran on an {p['device']} (torch {p['torch']}, transformers {p['transformers']}) at commit `{commit}` on "
+            f"{p['date'][:10]}. Its CUDA tests (`scripts/gpu_check.sh`): {n['passed']} passed, {n['failed'] + n['error']} failed, "
+            f"{n['skipped']} skipped.")  # fmt: skip
+    if n["failed"] + n["error"]:
+        dtype_note = "every failure is a bf16 tolerance, every float32 check passed" if not f32_failed else "float32 checks failed too"
+        text += f" Of the failures ({dtype_note}): " + "; ".join(_failures(rows)) + "."
+        later = _changed_since(p["commit"], "tests/methods/test_whole_sequence.py")
+        if later:
+            text += (f" Those bf16 bounds were revised after the run (commit `{later}`: measured from plain RoPE's own bf16 "
+                     "error on the same model and input) and have not run on a GPU since.")  # fmt: skip
+    ratios = _method_ratios(bench)
+    lengths = sorted({n for by in ratios.values() for n in by})
+    two = [m for m in TWO_BRANCH if m in ratios]
+    if two and lengths:
+        per = [f"{_range([ratios[m][n] for m in two if n in ratios[m]], '.2f')}x at {_length(n)}" for n in lengths]
+        text += (f" `scripts/bench_gpu.py` ({p['shape']} shape, random weights, {p['dtype']}): the two-branch methods "
+                 f"({', '.join(two)}) take {', '.join(per)} the time of plain SDPA.")  # fmt: skip
+    old = [r for r in csv.DictReader((ROOT / "results/niah-smollm2-gpu.csv").open())] if (ROOT / "results/niah-smollm2-gpu.csv").is_file() else []
+    if old:
+        kernels = {json.loads(r["extra"]).get("attention_kernel") for r in old} - {None}
+        path = f"attention paths {', '.join(sorted(kernels))}" if kernels else "no attention path in its rows: it predates the whole-sequence path"
+        text += (f" Earlier, `results/niah-smollm2-gpu.csv` ({len(old)} rows, {old[0]['device']}, {old[0]['dtype']}, torch "
+                 f"{old[0]['torch_version']}, {old[0]['time'][:10]}; {path}).")  # fmt: skip
+    text += (" Not yet run on a GPU: vLLM's CUDA backend, `--tensor-parallel` above 1, and the default model "
+             "(the lent machine has no vLLM and takes no 94 MB model file).")  # fmt: skip
+    _out(text)
+    if full and ratios:
+        _out("")
+        _out(f"*Time relative to plain SDPA (default backend), {p['device']}, {p['dtype']}, `{GPU_DIR}/` bench run:*")
+        _out("")
+        _out("| method | " + " | ".join(_length(n) for n in lengths) + " |")
+        _out("| --- | " + " | ".join("---:" for _ in lengths) + " |")
+        for m, by in ratios.items():
+            _out(f"| {m} | " + " | ".join(f"{by[n]:.2f}x" if n in by else "-" for n in lengths) + " |")
+        plain = {r["length"]: r for r in bench["rows"] if r.get("method") == "none" and r.get("seconds")}
+        _out("")
+        _out("Plain SDPA itself: " + "; ".join(f"{_length(n)} {r['seconds']:.2f} s ({r['tflops']:.0f} TFLOP/s, "
+             f"{r['tflops'] / p['matmul_peak_tflops']:.0%} of the measured {p['matmul_peak_tflops']:.0f} TFLOP/s bf16 matmul peak)"
+             for n, r in sorted(plain.items())) + ".")  # fmt: skip
+        plans = [r["plan_seconds"] / r["seconds"] for r in bench["rows"] if r.get("plan_seconds") and r.get("seconds")]
+        if plans:
+            _out("")
+            _out(f"The plan's estimate of a forward (rates fitted from calibration forwards there) was {_range(plans, '.1f')}x "
+                 f"the real time over {len(plans)} measured forwards: on this GPU plans overestimate.")  # fmt: skip

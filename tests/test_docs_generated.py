@@ -35,6 +35,9 @@ def test_the_pages_that_restate_code_have_their_blocks():
     """A generated table moved out of its cog block would no longer be checked."""
     wanted = {
         "README.md": ["docgen.headline_ppl(", "docgen.method_families(", "docgen.parity_summary(", "docgen.backend_bench("],
+        "docs/engines.md": ["docgen.gpu_status("],
+        "docs/design.md": ["docgen.gpu_status("],
+        "docs/performance.md": ["docgen.gpu_status("],
         "docs/backends.md": ["docgen.backend_methods(", "docgen.parity_summary(", "docgen.parity_table(", "docgen.backend_bench(",
                              "docgen.dtype_control("],
         "docs/cli.md": ["docgen.cli_reference("],
@@ -43,9 +46,20 @@ def test_the_pages_that_restate_code_have_their_blocks():
         "docs/tasks.md": ["docgen.proxy_metrics("],
         "docs/troubleshooting.md": ["docgen.error_examples("],
         "docs/results.md": ["docgen.report(", "docgen.proxy_study(", "docgen.ruler_tasks_2k(", "docgen.prompt_tokens(",
-                            "docgen.attention_table("],
+                            "docgen.attention_table(", "docgen.gpu_status("],
     }  # fmt: skip
     for page, calls in wanted.items():
         text = (ROOT / page).read_text()
         for call in calls:
             assert f"[[[cog import docgen; {call}" in text or f"\n{call}" in text, (page, call)
+
+
+def test_no_page_states_the_gpu_status_by_hand():
+    """What has run on a GPU is said once, by ``docgen.gpu_status`` from ``results/gpu/``: a sentence
+    written by hand ("no GPU has run this code") goes stale the day a GPU runs it."""
+    stale = ("no GPU has run", "has not run on a GPU", "GPU plans have not been measured", "The CUDA path has run on a GPU")
+    for page in PAGES:
+        text = (ROOT / page).read_text()
+        outside = "".join(part.split("<!-- [[[end]]] -->", 1)[-1] for part in text.split("docgen.gpu_status("))
+        for phrase in stale:
+            assert phrase not in outside, (page, phrase)
