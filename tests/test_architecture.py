@@ -100,3 +100,18 @@ def test_no_modules_import_each_other_round_in_a_circle():
         if module not in state:
             visit(module, [module])
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_only_backends_and_model_touch_the_loaded_models_torch_module_or_probe_what_it_is():
+    """The runner and the tasks ask the loaded model's backend (``ctxbench.backends.base.Backend``),
+    never which backend they hold (``hasattr(lm, ...)``) nor its torch module (``lm.model``)."""
+    import re
+
+    found = []
+    for name, path in MODULES.items():
+        if name.split(".")[1:2] in (["backends"], ["model"]):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"hasattr\(lm\s*,|getattr\(lm\s*,|\blm\.model\b", line):
+                found.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not found, "\n".join(found)

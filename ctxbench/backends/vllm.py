@@ -145,6 +145,7 @@ class VllmModel:
     tensor_parallel: int = 1
     reserve: int = 0  # the longest sequence the run will ask of an engine (set by the runner)
     backend: str = NAME
+    dtype_note: str = ""
     model: object = None  # no torch module: nothing patches it
     starts: list = field(default_factory=list)  # (key, seconds) of every engine start
     sampling: object = None  # what makes sampling parameters: vllm.SamplingParams (None), a stand-in without vLLM
@@ -181,26 +182,19 @@ class VllmModel:
 
 
 def load(config) -> VllmModel:
-    """The model as vLLM will serve it. The tokenizer, geometry, stop tokens and digest come from
-    ctxbench's own loader, so prompts are the same token for token as on the ``hf`` path; vLLM
-    loads a transformers checkpoint (a GGUF model's dequantised cache, written by that loader)."""
-    from ctxbench.model.decoding import stop_tokens
-    from ctxbench.model.load import load as load_model
+    """The model as vLLM will serve it, described from its files (:func:`ctxbench.model.describe.describe`):
+    no transformers model is built, so host memory before the engine starts does not grow with the
+    parameter count. Tokenizer, geometry, stop tokens and digest are those ctxbench's own loader gives,
+    so prompts are the same token for token as on the ``hf`` path and rows pair; vLLM loads a
+    transformers checkpoint (a GGUF model's dequantised cache, written once)."""
+    from ctxbench.model.describe import describe
 
-    hf = load_model(config.model, device="cpu", dtype="float32", trust_remote_code=config.trust_remote_code,
-                    attn="sdpa")  # fmt: skip
-    if hf.checkpoint is None:
-        raise UserError(f"vLLM cannot read the GGUF model '{config.model}' and its dequantised cache is turned off (CTXBENCH_NO_MODEL_CACHE)",
-                        "unset CTXBENCH_NO_MODEL_CACHE, so ctxbench writes the checkpoint vLLM loads")  # fmt: skip
-    stop = stop_tokens(hf.model, hf.tokenizer)
+    d = describe(config.model, config.trust_remote_code)
     dtype = "bfloat16" if config.dtype == "auto" else config.dtype
     device = "cuda" if _has_gpu() else "cpu"
-    out = VllmModel(tokenizer=hf.tokenizer, geometry=hf.geometry, name=hf.name, digest=hf.digest, device=device, dtype=dtype,
-                    checkpoint=str(hf.checkpoint), stop=stop, engine_version=version() or "unknown",
-                    tensor_parallel=config.tensor_parallel)  # fmt: skip
-    del hf
-    gc.collect()
-    return out
+    return VllmModel(tokenizer=d.tokenizer, geometry=d.geometry, name=d.name, digest=d.digest, device=device, dtype=dtype,
+                     checkpoint=d.checkpoint, stop=d.stop, engine_version=version() or "unknown",
+                     tensor_parallel=config.tensor_parallel)  # fmt: skip
 
 
 def _has_gpu() -> bool:
@@ -319,6 +313,57 @@ def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype
                             "run it with --backend hf")  # fmt: skip
 
 
+def check_layouts(lm, jobs) -> None:
+    """Nothing to check before the plan: each engine's tables are checked when it starts (:func:`check_engine`)."""
+
+
+def num_layers(lm) -> int | None:
+    """Decoder layers from the checkpoint's config (no model is built)."""
+    from ctxbench.model.files import load_config
+    from ctxbench.model.size import layers_of
+
+    try:
+        return layers_of(load_config(lm.checkpoint, False))
+    except Exception:  # noqa: BLE001 - a config ctxbench cannot read: the engine reads it
+        return None
+
+
+def size(lm):
+    from ctxbench.model.size import size_of
+
+    return size_of(lm)
+
+
+def own_attention(lm) -> str:
+    return ""  # vLLM picks its own kernel; ctxbench's attention never runs on it
+
+
+def reserve(lm: VllmModel, longest: int) -> None:
+    lm.reserve = longest
+
+
+def engine_starts(lm: VllmModel, cells) -> int:
+    """One engine per distinct :meth:`VllmModel.engine_key` of the cells."""
+    return len({lm.engine_key(c.method, c.factor, c.length) for c in cells})
+
+
+def start_seconds(lm: VllmModel) -> list[float]:
+    return [seconds for _, seconds in lm.starts]
+
+
+def calibration(lm):
+    return None  # the engine runs its own forwards: the plan keeps its rate for the device
+
+
+@contextlib.contextmanager
+def watch(lm, advance):
+    yield False  # no per-layer hook into the engine: the bar moves a cell's share at each cell
+
+
+def close(lm: VllmModel) -> None:
+    lm.close()
+
+
 @dataclass(frozen=True)
 class VllmSession:
     """One engine, asked for losses and answers (:class:`ctxbench.backends.base.Session`)."""
@@ -380,6 +425,12 @@ class VllmSession:
         each = (time.perf_counter() - t0) / max(1, len(prompts))
         for i, (c, lp) in enumerate(zip(continuations, lps, strict=True)):
             yield Scored(i, -torch.tensor(lp[len(lp) - len(c) :], dtype=torch.float32), each)
+
+
+    def _no_hidden(self, *args, **kwargs):
+        raise UserError("vLLM returns no hidden states (--metrics longppl and kl need them)", "use --backend hf for those metrics")
+
+    hidden = nll_from_hidden = kl_from_hidden = _no_hidden
 
 
 @contextlib.contextmanager

@@ -80,12 +80,9 @@ def stop_tokens(model, tokenizer) -> tuple[int, ...]:
     ``<|im_start|>`` as its eos while the model's generation config keeps ``<|im_end|>`` (5.24 reads
     ``<|im_end|>`` for both). Stopping at the tokenizer's alone ran the answer on past the end of
     the assistant's turn, where a needle later in the text could be found and scored."""
-    ids: list[int] = []
-    for source in (getattr(getattr(model, "generation_config", None), "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
-        for i in source if isinstance(source, (list, tuple)) else [source]:
-            if i is not None and int(i) not in ids:
-                ids.append(int(i))
-    return tuple(ids)
+    from ctxbench.model.describe import stop_ids
+
+    return stop_ids(getattr(getattr(model, "generation_config", None), "eos_token_id", None), tokenizer)
 
 
 @torch.inference_mode()

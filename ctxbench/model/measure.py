@@ -55,3 +55,49 @@ class Measured:
             self._thread.join()
             self._peak = max(self._peak, self._proc.memory_info().rss)
             self.peak_mb = (self._peak - self._base) / 2**20
+
+
+def decoder_layers(model) -> list:
+    """The model's stack of decoder layers (the ModuleList as long as ``num_hidden_layers``)."""
+    import torch.nn as nn
+
+    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == n:
+            return list(module)
+    return []
+
+
+def time_forwards(model, lengths: tuple[int, ...], steps: int):
+    """Per length ``n``: ``(n, seconds of a forward of n tokens, seconds of steps decoding steps on its
+    cache)``. An untimed forward of the longest shape goes first (the first call pays for page faults
+    and kernel selection, and a smaller shape then reuses its memory), and one untimed step before
+    each timed series. The calibration of the plan's rates (``runner.costmodel.measured_rate``)."""
+    from ctxbench.model.decoding import cache_of, with_cache
+
+    device = next(model.parameters()).device
+
+    def timed(call) -> tuple[float, object]:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = call()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, out
+
+    vocab = int(getattr(model.config, "vocab_size", 0) or 2)
+    ids = torch.randint(0, min(vocab, 1000), (1, max(lengths)), device=device)  # (1, longest)
+    out = []
+    with torch.inference_mode():
+        model(input_ids=ids, use_cache=False, logits_to_keep=1)  # warm-up, the longest shape
+        for n in lengths:
+            seconds, first = timed(lambda n=n: model(input_ids=ids[:, :n], use_cache=True, logits_to_keep=1))
+            cache, token = cache_of(first), ids[:, n - 1 : n]
+
+            def step(cache=cache, token=token):
+                return model(input_ids=token, **with_cache(model, cache), use_cache=True, logits_to_keep=1)
+
+            step()  # warm-up step
+            out.append((n, seconds, timed(lambda step=step: [step() for _ in range(steps)])[0]))
+    return out

@@ -167,3 +167,17 @@ def size_of(lm) -> ModelSize:
         return ModelSize.from_config(lm.model.config, lm.name)
     except (AttributeError, TypeError, ValueError):
         return assumed_size(lm.name)  # a model without a transformers config
+
+
+def layers_of(config) -> int | None:
+    """``num_hidden_layers`` (or ``n_layer``, ``num_layers``) of a config object or dict, looking
+    inside ``text_config`` for a multimodal one; None when it says nothing."""
+    if config is None:
+        return None
+    get = config.get if isinstance(config, dict) else (lambda key, default=None: getattr(config, key, default))
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        value = get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    text = get("text_config")
+    return layers_of(text) if text is not None and text is not config else None

@@ -170,48 +170,22 @@ def measured_rate(lm, lengths: tuple[int, int] = CALIBRATION_LENGTHS, steps: int
     timed series. Cached per (device, dtype, model): small models reach a smaller share of a
     device's peak than big ones, so the rate of one does not carry over to another. Measured on a
     busy machine it is low, and stays so: delete ``rates.json`` in the cache to redo it."""
-    import time
+    from ctxbench import backends
 
-    import torch
-
-    device = lm.torch_device.type
+    calibration = backends.of(lm).calibration(lm)
+    if calibration is None:
+        raise ValueError(f"the {lm.backend} backend runs no forward of its own to time: its plan uses the assumed rate")
+    device, timed = calibration
     key = f"{device_key(device, lm.dtype)}|{lm.name}"
 
-    def timed(call) -> tuple[float, object]:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = call()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0, out
-
     def measure() -> dict:
-        from ctxbench.model.decoding import cache_of, with_cache
-
-        vocab = int(getattr(lm.model.config, "vocab_size", 0) or 2)
-        size = ModelSize.from_config(lm.model.config, lm.name)
-        ids = torch.randint(0, min(vocab, 1000), (1, max(lengths)), device=lm.torch_device)
-        def at(n: int) -> tuple[float, float]:
-            """Seconds of a forward of ``n`` tokens, and of ``steps`` decoding steps on its cache."""
-            seconds, out = timed(lambda: lm.model(input_ids=ids[:, :n], use_cache=True, logits_to_keep=1))
-            cache, token = cache_of(out), ids[:, n - 1 : n]
-
-            def step():
-                return lm.model(input_ids=token, **with_cache(lm.model, cache), use_cache=True, logits_to_keep=1)
-
-            step()  # warm-up step
-            return seconds, timed(lambda: [step() for _ in range(steps)])[0]
-
+        size = backends.of(lm).size(lm)
         forwards, decodes = [], []
-        with torch.inference_mode():
-            lm.model(input_ids=ids, use_cache=False, logits_to_keep=1)  # warm-up, the longest shape
-            for n in sorted(lengths):
-                seconds, step_seconds = at(n)
-                work = size.forward_parts(n, head_tokens=1)
-                forwards.append((work.linear, work.attention, seconds))
-                parts = sum((size.step_parts(n + 1 + i) for i in range(steps)), Flops())
-                decodes.append((parts.decode_linear, parts.decode_attention, step_seconds))
+        for n, seconds, step_seconds in timed(tuple(sorted(lengths)), steps):
+            work = size.forward_parts(n, head_tokens=1)
+            forwards.append((work.linear, work.attention, seconds))
+            parts = sum((size.step_parts(n + 1 + i) for i in range(steps)), Flops())
+            decodes.append((parts.decode_linear, parts.decode_attention, step_seconds))
         linear, attention, _ = fit(forwards)
         decode_linear, decode_attention, _ = fit(decodes)
         return Throughput(linear, attention, decode_linear, decode_attention).entry()

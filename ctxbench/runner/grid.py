@@ -23,7 +23,6 @@ from datetime import datetime, timezone
 from ctxbench.defaults import DEFAULT_MODEL
 from ctxbench.methods import check_applicable, effective_params
 from ctxbench.model.files import check_model
-from ctxbench.model.size import size_of
 from ctxbench.report.display import summary_tables
 from ctxbench.results.store import ResultsFile, Row, as_strings, cell_key, check_writable, read_records
 from ctxbench.runner import distributed
@@ -175,12 +174,13 @@ def execute(
     jobs = [Job(job.task, job.task.settled(lm, job.settings)) for job in jobs]  # model-implied defaults, once
     check_loaded(jobs, lm)  # again on the loaded model: a hub config read only now, the same words otherwise
     contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
-    _check_layouts(lm, jobs)  # and a method whose frequencies do not fit the model's rotary tables
     from ctxbench import backends
 
-    backends.of(lm).check_cells(lm, jobs, contexts)  # or a cell past the end of an engine's rotary table
-    if hasattr(lm, "reserve"):  # an engine backend: the longest sequence its engines are started for
-        lm.reserve = max(c.length for job, ctx in zip(jobs, contexts, strict=True) for c in job.task.cells(job.settings, ctx))
+    backend = backends.of(lm)
+    backend.check_layouts(lm, jobs)  # and a method whose frequencies do not fit the model's rotary tables
+    backend.check_cells(lm, jobs, contexts)  # or a cell past the end of an engine's rotary table
+    cells = [c for job, ctx in zip(jobs, contexts, strict=True) for c in job.task.cells(job.settings, ctx)]
+    backend.reserve(lm, max((c.length for c in cells), default=0))  # the longest sequence an engine is started for
 
     shard = (w.rank, w.size) if w.active else None
     whole = _plan_of(jobs, lm)  # every cell: the progress bar's tokens per cell
@@ -188,16 +188,17 @@ def execute(
     plan = _plan_of(jobs, lm, [Todo(tuple(p.grid), tuple(p.todo)) for p in todo])  # only what is left to run
     if show is not None:
         print_plan(show, plan, out)
-        if hasattr(lm, "starts"):  # an engine backend: what it starts, on top of the forwards
-            show.print(f"[dim]{lm.backend}: {_engine_starts(lm, jobs, todo)} engine start(s), one per method setting and factor "
+        starts = backend.engine_starts(lm, [c for p in todo for c in p.todo])
+        if starts:  # an engine backend: what it starts, on top of the forwards
+            show.print(f"[dim]{lm.backend}: {starts} engine start(s), one per method setting and factor "
                        "(and length, for a method that depends on it), each some seconds (the summary says how long)[/]",
                        highlight=False)  # fmt: skip
-        if isinstance(model, ModelConfig) and lm.model is not None and not plan.measured and plan.flops > CALIBRATE_ABOVE:
+        if isinstance(model, ModelConfig) and not plan.measured and plan.flops > CALIBRATE_ABOVE and backend.calibration(lm):
             _calibrated(show, lm, plan)
     outcome = Outcome(records=[], run_id=run_id, trained_len=lm.geometry.trained_len)
 
     try:
-        with TokenProgress(show, lm.model) as progress:
+        with TokenProgress(show, lm) as progress:
             for i, job in enumerate(jobs):
                 kw = dict(seed=seed, run_id=run_id, shard=shard, progress=progress, planned_tokens=whole.jobs[i].tokens,
                           ctx=contexts[i])  # fmt: skip
@@ -214,10 +215,9 @@ def execute(
     except KeyboardInterrupt as exc:  # every finished cell is already in the file (saved cell by cell)
         raise Interrupted(len(results.done_cells()), out, getattr(exc, "signal_name", "SIGINT")) from None
     finally:
-        if isinstance(model, ModelConfig) and hasattr(lm, "close"):
-            lm.close()  # the engine this run started (vLLM's reserved KV cache), shut down with the run
-    if hasattr(lm, "starts"):
-        outcome.engine_starts = [seconds for _, seconds in lm.starts]
+        if isinstance(model, ModelConfig):
+            backend.close(lm)  # what this run started (vLLM's engine and its reserved KV cache), shut down with the run
+    outcome.engine_starts = backend.start_seconds(lm)
     if w.active:
         distributed.barrier(w)
         if out is not None:  # every rank's cells are in the file now
@@ -229,28 +229,14 @@ def execute(
     return outcome
 
 
-def _engine_starts(lm, jobs, todo) -> int:
-    """Engines an engine backend starts for the pending cells: one per distinct ``lm.engine_key``."""
-    return len({lm.engine_key(c.method, c.factor, c.length) for p in todo for c in p.todo})
-
-
-def _check_layouts(lm, jobs) -> None:
-    from ctxbench.methods.patching import check_layout
-
-    if lm.model is None:  # an engine backend: its tables are checked when each engine starts
-        return
-    for job in jobs:
-        for method in getattr(job.settings, "methods", ()):
-            for factor in getattr(job.settings, "factors", ()) or (1.0,):
-                check_layout(lm.model, lm.geometry, method, factor)
-
-
 def _plan_of(jobs, lm, pending=None):
     """The plan of a loaded model: its own trained length and size (of only the ``pending`` cells,
     one :class:`ctxbench.runner.plan.Todo` per job, when given)."""
 
-    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=size_of(lm), pending=pending,
-                      dtype_note=getattr(lm, "dtype_note", ""))  # fmt: skip
+    from ctxbench import backends
+
+    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=backends.of(lm).size(lm),
+                      pending=pending, dtype_note=lm.dtype_note)  # fmt: skip
 
 
 def _results(out, resume):
@@ -343,7 +329,7 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
         torch_version=torch.__version__, transformers_version=transformers.__version__,
     )
     extra_all = {"trained_len": lm.geometry.trained_len}
-    own_attention = str(getattr(getattr(getattr(lm, "model", None), "config", None), "_attn_implementation", None) or "")
+    own_attention = backends.of(lm).own_attention(lm)
     if shard is not None:
         extra_all["rank"] = shard[0]
     for c in full_grid:  # a scaling method on a model without RoPE, a length past a learned position table

@@ -1,36 +1,27 @@
 """Progress for people: tokens through the model, with an ETA that moves during a long forward.
 
 A cell of a shared perplexity pass can take minutes, and all its lengths finish together, so
-counting cells would sit at 0% with no ETA. Instead a forward pre-hook on every decoder layer
-advances the bar by ``batch x tokens / layers`` as each layer starts: the bar moves through a
-forward pass, decoding steps included. The total is the plan's token estimate (it grows if the
+counting cells would sit at 0% with no ETA. Instead the backend reports tokens as they go through
+(transformers: a forward pre-hook on every decoder layer advances the bar by ``batch x tokens /
+layers`` as each layer starts): the bar moves through a forward pass, decoding steps included. The total is the plan's token estimate (it grows if the
 run turns out to feed more).
 """
 
 from __future__ import annotations
 
 
-def decoder_layers(model) -> list:
-    """The model's stack of decoder layers (the ModuleList as long as ``num_hidden_layers``)."""
-    import torch.nn as nn
-
-    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) == n:
-            return list(module)
-    return []
-
-
 class TokenProgress:
-    """``with TokenProgress(console, model) as p: p.start_task(...); p.cell_done(...)``; a no-op
-    without a console (the Python API)."""
+    """``with TokenProgress(console, lm) as p: p.start_task(...); p.cell_done(...)``; a no-op
+    without a console (the Python API). The backend of ``lm`` says how forwards progress
+    (:meth:`ctxbench.backends.base.Backend.watch`)."""
 
-    def __init__(self, console, model) -> None:
+    def __init__(self, console, lm) -> None:
         self.console = console
-        self.model = model
+        self.lm = lm
         self.bar = None
         self.task_id = None
-        self.hooks: list = []
+        self.watching = False
+        self._watch = None
         self.cells = (0, 0)
 
     def __enter__(self) -> TokenProgress:
@@ -43,20 +34,17 @@ class TokenProgress:
             TextColumn("{task.completed:,.0f}/{task.total:,.0f} tokens"), TextColumn("{task.fields[cells]}"),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False,
         )  # fmt: skip
-        # an engine backend has no torch module to hook: its bar moves a cell's share at each cell
-        layers = decoder_layers(self.model) if self.model is not None else []
-        for layer in layers:
-            self.hooks.append(layer.register_forward_pre_hook(self._hook(len(layers)), with_kwargs=True))
+        from ctxbench import backends
+
+        # a backend that cannot say how a forward progresses (an engine): the bar moves a cell's share at each cell
+        self._watch = backends.of(self.lm).watch(self.lm, self._tokens)
+        self.watching = self._watch.__enter__()
         self.bar.start()
         return self
 
-    def _hook(self, n_layers: int):
-        def hook(module, args, kwargs):
-            hidden = args[0] if args else kwargs.get("hidden_states")
-            if hidden is not None and self.task_id is not None:
-                self._advance(hidden.shape[0] * hidden.shape[1] / n_layers)
-
-        return hook
+    def _tokens(self, tokens: float) -> None:
+        if self.task_id is not None:
+            self._advance(tokens)
 
     def _advance(self, tokens: float) -> None:
         task = self.bar.tasks[self.task_id]
@@ -78,7 +66,7 @@ class TokenProgress:
             return
         done, total = self.cells[0] + 1, self.cells[1]
         self.cells = (done, total)
-        if not self.hooks:
+        if not self.watching:
             self._advance(self.per_cell)
         self.bar.update(self.task_id, description=label, cells=f"{done}/{total} cells")
         if done == total:
@@ -86,8 +74,8 @@ class TokenProgress:
             self.bar.update(self.task_id, total=task.completed)
 
     def __exit__(self, *exc) -> None:
-        for h in self.hooks:
-            h.remove()
-        self.hooks = []
+        if self._watch is not None:
+            self._watch.__exit__(None, None, None)
+            self._watch, self.watching = None, False
         if self.bar is not None:
             self.bar.stop()

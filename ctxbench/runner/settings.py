@@ -16,6 +16,7 @@ from ctxbench.defaults import DEFAULT_FACTOR
 from ctxbench.errors import UserError, closest, unknown
 from ctxbench.methods import show_value
 from ctxbench.methods.grid import check_labels, expand, method_entries, resolve_methods  # noqa: F401  (their home before)
+from ctxbench.model.size import layers_of
 from ctxbench.parsing import parse_factors, parse_lengths
 
 
@@ -168,7 +169,9 @@ def _reads_input(setting) -> bool:
 
 def check_loaded(jobs, lm) -> None:
     """:func:`check_methods` on a loaded model: its geometry and its config's layers."""
-    check_methods(jobs, lm.geometry, _layers_of(getattr(lm.model, "config", None)))
+    from ctxbench import backends
+
+    check_methods(jobs, lm.geometry, backends.of(lm).num_layers(lm))
 
 
 def _config_source(model: str) -> str | None:
@@ -197,21 +200,9 @@ def _num_layers(source: str, trust_remote_code: bool) -> int | None:
             config = json.loads((path / "config.json").read_text(encoding="utf-8-sig"))
         except (OSError, ValueError):
             return None
-        return _layers_of(config)
+        return layers_of(config)
     from ctxbench.model.files import load_config
 
-    return _layers_of(load_config(source, trust_remote_code))
+    return layers_of(load_config(source, trust_remote_code))
 
 
-def _layers_of(config) -> int | None:
-    """``num_hidden_layers`` (or ``n_layer``, ``num_layers``) of a config object or dict, looking
-    inside ``text_config`` for a multimodal one; None when it says nothing."""
-    if config is None:
-        return None
-    get = config.get if isinstance(config, dict) else (lambda key, default=None: getattr(config, key, default))
-    for key in ("num_hidden_layers", "n_layer", "num_layers"):
-        value = get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    text = get("text_config")
-    return _layers_of(text) if text is not None and text is not config else None

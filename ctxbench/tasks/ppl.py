@@ -287,7 +287,7 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
                 else:
                     nll, hidden = _window(lm, engine, ids, settings)
             if not sliding and "kl" in settings.metrics:
-                kls[i] = _kl(lm, st, i, hidden, settings)
+                kls[i] = _kl(lm, engine, st, i, hidden, settings)
             hidden = None
             docs.append((st.tokens.corpus.names[i], nll))
             seconds, peak, pass_tokens = seconds + m.seconds, max(peak, m.peak_mb), pass_tokens + len(ids)
@@ -301,24 +301,20 @@ def _window(lm, engine, ids, settings: Settings):
     """(per-token NLL (n-1,), final hidden states (1, n, hidden) or None) of one truncate-mode window
     on ``engine`` (a :class:`ctxbench.backends.base.Session`); the hidden states are kept only when
     ``kl`` needs them, which only the transformers backend computes (the others refuse ``kl``)."""
-    from ctxbench.model.scoring import final_hidden, nll_from_hidden
-
     if "kl" not in settings.metrics:
         return engine.token_nll(ids, chunk=settings.chunk), None
-    hidden = final_hidden(lm.model, ids)  # (1, n, hidden)
-    return nll_from_hidden(lm.model, hidden, ids, chunk=settings.chunk), hidden
+    hidden = engine.hidden(ids)  # (1, n, hidden)
+    return engine.nll_from_hidden(hidden, ids, chunk=settings.chunk), hidden
 
 
-def _kl(lm, st: State, i: int, hidden, settings: Settings) -> tuple:
+def _kl(lm, engine, st: State, i: int, hidden, settings: Settings) -> tuple:
     """(KL (m,), same top token (m,), seconds) of a method's window of document ``i`` against the
     unscaled model's hidden states, at positions ``0 .. m-1`` with ``m = min(n, L) - 1``."""
     import time
 
-    from ctxbench.model.scoring import kl_from_hidden
-
     t0 = time.perf_counter()
     m = min(hidden.shape[1], lm.geometry.trained_len) - 1
-    kl, same = kl_from_hidden(lm.model, st.reference.hidden[i][:, :m], hidden[:, :m], chunk=min(proxy.KL_CHUNK, settings.chunk))
+    kl, same = engine.kl_from_hidden(st.reference.hidden[i][:, :m], hidden[:, :m], chunk=min(proxy.KL_CHUNK, settings.chunk))
     return kl, same, time.perf_counter() - t0
 
 
@@ -356,7 +352,7 @@ def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterat
             with Measured(lm.device) as m:
                 losses[i], hidden = _window(lm, engine, st.tokens[i][:n], settings)  # (n - 1,)
             if "kl" in settings.metrics:
-                kls[i] = _kl(lm, st, i, hidden, settings)
+                kls[i] = _kl(lm, engine, st, i, hidden, settings)
             hidden = None
             cost_of[i] = (m.seconds, m.peak_mb, n)
     for cell in sorted(group, key=lambda c: c.length):

@@ -108,15 +108,13 @@ def key_token_mask(short_nll, long_nll, first: int, alpha: float | None = None, 
     return ((short_nll - long_nll) > alpha) & (long_nll < -beta) & (positions >= first)
 
 
-def find_key_tokens(model, ids, trained_len: int, chunk: int = 1024):
-    """Key-token mask (n-1,) of ``ids`` (n,) under the model as it is now (the caller applies
-    ``none``): a prefix of ``ids`` gets the prefix of the mask, since every window starts at a
-    multiple of its stride from 0."""
-    from ctxbench.model.scoring import sliding_nll
-
+def find_key_tokens(session, ids, trained_len: int, chunk: int = 1024):
+    """Key-token mask (n-1,) of ``ids`` (n,) from ``session`` (a :class:`ctxbench.backends.base.Session`
+    of the unscaled model, ``none``): a prefix of ``ids`` gets the prefix of the mask, since every
+    window starts at a multiple of its stride from 0."""
     w, s = short_window(trained_len), short_stride(trained_len)
-    long = sliding_nll(model, ids, trained_len, long_stride(trained_len), chunk)  # (n-1,) context <= L-1
-    short = sliding_nll(model, ids, w + s, s, chunk)  # (n-1,) context w .. w+s-1 past position w
+    long = session.sliding_nll(ids, trained_len, long_stride(trained_len), chunk)  # (n-1,) context <= L-1
+    short = session.sliding_nll(ids, w + s, s, chunk)  # (n-1,) context w .. w+s-1 past position w
     return key_token_mask(short, long, first=w)
 
 
@@ -150,21 +148,20 @@ class Reference:
         """Compute what ``metrics`` need for the documents ``{index: ids}`` not done yet."""
         import time
 
-        from ctxbench.methods.patching import applied
-        from ctxbench.model.scoring import final_hidden
+        from ctxbench import backends
 
         todo = {i: ids for i, ids in docs.items() if ("longppl" in metrics and i not in self.keys) or ("kl" in metrics and i not in self.hidden)}
         if not todo:
             return
         trained = lm.geometry.trained_len
-        with applied(lm.model, lm.geometry, resolve("none"), 1.0, max(len(ids) for ids in todo.values())):
+        with backends.session(lm, resolve("none"), 1.0, max(len(ids) for ids in todo.values())) as unscaled:
             for i, ids in todo.items():
                 t0 = time.perf_counter()
                 if "longppl" in metrics and i not in self.keys:
-                    self.keys[i] = find_key_tokens(lm.model, ids, trained, chunk)
+                    self.keys[i] = find_key_tokens(unscaled, ids, trained, chunk)
                 if "kl" in metrics and i not in self.hidden:
                     m = min(len(ids), trained)
-                    self.hidden[i] = final_hidden(lm.model, ids[:m])[:, : m - 1].clone()  # (1, m-1, hidden)
+                    self.hidden[i] = unscaled.hidden(ids[:m])[:, : m - 1].clone()  # (1, m-1, hidden)
                 self.seconds[i] = self.seconds.get(i, 0.0) + time.perf_counter() - t0
 
 

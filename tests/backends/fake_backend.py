@@ -1,0 +1,152 @@
+"""A third backend for the contract test: the obviously-correct way, one whole forward per question.
+
+Its model is a transformers model it wraps (``FakeModel.hf``), with the method patched in for each
+session, but it scores every token with a forward of the prefix up to it, and decodes with a whole
+forward per new token: no cache, no chunks, no sharing. It is slow and plainly right, so the real
+backends are held to it. Registered under the name ``fake`` by the contract test."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+NAME = "fake"
+
+
+@dataclass
+class FakeModel:
+    hf: object  # a ctxbench.model.load.LoadedModel
+    tokenizer: object
+    geometry: object
+    name: str
+    digest: str
+    device: str = "cpu"
+    dtype: str = "float32"
+    backend: str = NAME
+    dtype_note: str = ""
+    reserved: int = 0
+    starts: list = field(default_factory=list)
+    closed: int = 0
+
+
+def wrap(hf) -> FakeModel:
+    return FakeModel(hf, hf.tokenizer, hf.geometry, hf.name, hf.digest)
+
+
+def check(methods, metrics, config) -> None:
+    pass
+
+
+def load(config):
+    raise NotImplementedError("built by the test from a loaded tiny model")
+
+
+def identity(lm) -> str:
+    return "fake 0"
+
+
+def check_layouts(lm, jobs) -> None:
+    pass
+
+
+def check_cells(lm, jobs, contexts) -> None:
+    pass
+
+
+def num_layers(lm) -> int | None:
+    return lm.hf.model.config.num_hidden_layers
+
+
+def size(lm):
+    from ctxbench.model.size import size_of
+
+    return size_of(lm.hf)
+
+
+def own_attention(lm) -> str:
+    return ""
+
+
+def reserve(lm, longest: int) -> None:
+    lm.reserved = longest
+
+
+def engine_starts(lm, cells) -> int:
+    return len({(c.method, c.factor) for c in cells})
+
+
+def start_seconds(lm) -> list[float]:
+    return [0.0 for _ in lm.starts]
+
+
+def calibration(lm):
+    return None
+
+
+@contextlib.contextmanager
+def watch(lm, advance):
+    yield False
+
+
+def close(lm) -> None:
+    lm.closed += 1
+
+
+@dataclass(frozen=True)
+class FakeSession:
+    lm: FakeModel
+
+    @torch.inference_mode()
+    def _logp(self, ids: list[int]):
+        """log-probabilities (vocab,) of the token after ``ids``, from a forward of ``ids`` alone."""
+        return self.lm.hf.model(torch.tensor([ids])).logits[0, -1].double().log_softmax(-1)
+
+    def token_nll(self, ids, chunk: int = 1024):
+        ids = [int(t) for t in ids]
+        return torch.tensor([-float(self._logp(ids[:t])[ids[t]]) for t in range(1, len(ids))], dtype=torch.float32)
+
+    def sliding_nll(self, ids, window: int, stride: int, chunk: int = 1024):
+        raise NotImplementedError
+
+    def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None):
+        from ctxbench.model.decoding import Answer, stop_tokens
+
+        stop = stop_tokens(self.lm.hf.model, self.lm.hf.tokenizer)
+        nlls = {s.index: s.nll for s in self.scores(prompts, continuations)} if continuations is not None else {}
+        for i, p in enumerate(prompts):
+            cur, new = [int(t) for t in p], []
+            for _ in range(max_new_tokens):
+                token = int(self._logp(cur).argmax())
+                new.append(token)
+                if token in stop or (finished is not None and finished(i, tuple(new))):
+                    break
+                cur.append(token)
+            yield Answer(i, tuple(new), 0.0, nlls.get(i))
+
+    def scores(self, prompts, continuations, share: bool = True):
+        from ctxbench.model.decoding import Scored
+
+        for i, (p, c) in enumerate(zip(prompts, continuations, strict=True)):
+            full = [int(t) for t in p] + [int(t) for t in c]
+            n = len(p)
+            yield Scored(i, torch.tensor([-float(self._logp(full[:t])[full[t]]) for t in range(n, len(full))], dtype=torch.float32), 0.0)
+
+    def hidden(self, ids):
+        raise NotImplementedError
+
+    def nll_from_hidden(self, hidden, ids, chunk: int = 1024):
+        raise NotImplementedError
+
+    def kl_from_hidden(self, reference, hidden, chunk: int = 1024):
+        raise NotImplementedError
+
+
+@contextlib.contextmanager
+def session(lm, method, factor: float, seq_len: int):
+    from ctxbench.methods.patching import applied
+
+    lm.starts.append((method.label, factor))
+    with applied(lm.hf.model, lm.geometry, method, factor, seq_len):
+        yield FakeSession(lm)
