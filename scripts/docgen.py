@@ -668,3 +668,14 @@ def gpu_status(full: bool = False) -> None:
             _out("")
             _out(f"The plan's estimate of a forward (rates fitted from calibration forwards there) was {_range(plans, '.1f')}x "
                  f"the real time over {len(plans)} measured forwards: on this GPU plans overestimate.")  # fmt: skip
+
+
+def results_table(path: str) -> None:
+    """A table a ``scripts/bench_*.py`` run wrote to ``results/`` (its first line, an HTML comment,
+    says which command and where), as committed."""
+    lines = (ROOT / path).read_text().strip().splitlines()
+    how = lines[0].removeprefix("<!--").removesuffix("-->").strip() if lines and lines[0].startswith("<!--") else ""
+    _out("\n".join(line for line in lines if not line.startswith("<!--")))
+    if how:
+        _out("")
+        _out(f"*Measured by {how} (`{path}`).*")
