@@ -1,3 +1,19 @@
-from ctxbench.cli import main
+"""``python -m ctxbench`` and the ``ctxbench`` command. ``ctxbench --version`` answers here, before the
+CLI loads (typer, rich, the task registry and numpy: about a second), so it costs only Python's start."""
 
-main()
+import sys
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--version"]:
+        from ctxbench.version import __version__
+
+        sys.stdout.write(f"ctxbench {__version__}\n")
+        return
+    from ctxbench.cli import main as cli_main
+
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()

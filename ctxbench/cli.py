@@ -21,6 +21,22 @@ app = typer.Typer(
     help="Measure what RoPE context-extension methods do to perplexity and retrieval at each length.",
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        from ctxbench.version import __version__
+
+        sys.stdout.write(f"ctxbench {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="print ctxbench's version and exit", is_eager=True, expose_value=False,
+                                 callback=_print_version),  # fmt: skip
+) -> None:
+    """Options of ``ctxbench`` itself (before any command)."""
+
+
 def _stdout_console() -> Console:
     """Rich cuts table cells to fit 80 columns when stdout is not a terminal (a CI log, ``> file``),
     which turns "100% [72%–100%] n=10" into "[72%–10…"; piped output gets room for every cell

@@ -30,3 +30,22 @@ def test_freqs_from_a_geometry_computes_without_torch():
         "try:\n    main()\nexcept SystemExit:\n    pass"
     )
     assert "torch" not in _imported(code)
+
+
+def test_version_answers_before_the_cli_loads():
+    """``ctxbench --version`` costs Python's start only: not even typer, rich or numpy load."""
+    from ctxbench import __version__
+
+    code = "import sys\nsys.argv = ['ctxbench', '--version']\nfrom ctxbench.__main__ import main\nmain()\n" \
+           "print(' '.join(m for m in ('typer', 'rich', 'numpy', 'torch', 'ctxbench.cli') if m in sys.modules))"  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == [f"ctxbench {__version__}", ""]
+
+
+def test_the_cli_itself_takes_version_too():
+    """``ctxbench.cli.main`` (what scripts and ``--help`` see) answers ``--version`` the same way."""
+    from ctxbench import __version__
+
+    code = "import sys\nsys.argv = ['ctxbench', '--version']\nfrom ctxbench.cli import main\nmain()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (0, f"ctxbench {__version__}\n")
