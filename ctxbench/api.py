@@ -15,6 +15,8 @@ Docstrings here are Google style (``docstring_style: google`` in mkdocs.yml): th
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
 from ctxbench.results.store import COLUMNS, read_records
@@ -22,6 +24,11 @@ from ctxbench.runner.grid import Job, ModelConfig, execute
 from ctxbench.runner.settings import build_settings, resolve_methods
 from ctxbench.runner.suite import default_out, load_suite
 from ctxbench.tasks import get
+
+if TYPE_CHECKING:  # for the annotations only: importing ctxbench loads neither pandas nor torch
+    import pandas as pd
+
+    from ctxbench.model.load import LoadedModel
 
 
 def load_model(
@@ -32,7 +39,7 @@ def load_model(
     attn: str | None = "sdpa",
     device_map: str | None = None,
     quantization: str | None = None,
-):
+) -> LoadedModel:
     """Load a model and its tokenizer once, to pass to `run` or `sweep` as `model=`.
 
     The same loader as the CLI's (`ctxbench.model.load.load`): the model is checked to have RoPE
@@ -60,10 +67,10 @@ def load_model(
 
 def run(
     task: str = "ppl",
-    model=DEFAULT_MODEL,
-    method="none",
-    factor=DEFAULT_FACTOR,
-    length=None,
+    model: LoadedModel | str = DEFAULT_MODEL,
+    method: str | Sequence[str] = "none",
+    factor: float | str | Sequence[float] = DEFAULT_FACTOR,
+    length: int | str | Sequence[int | str] | None = None,
     params: dict | None = None,
     out: str | os.PathLike | None = None,
     resume: bool = True,
@@ -72,8 +79,8 @@ def run(
     dtype: str = "auto",
     backend: str = "hf",
     show: bool = False,
-    **options,
-):
+    **options: Any,
+) -> pd.DataFrame:
     """Run one task over methods x factors x lengths, as `ctxbench TASK` does.
 
     Values parse as the CLI's options do (`length="1k,2k"` or `[1024, 2048]`) and a bad one
@@ -107,7 +114,8 @@ def run(
     return to_frame(outcome.records)
 
 
-def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model=None, show: bool = False):
+def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model: LoadedModel | None = None,
+          show: bool = False) -> pd.DataFrame:  # fmt: skip
     """Run every job of a suite with the model loaded once, as `ctxbench sweep` does.
 
     Args:
@@ -138,7 +146,7 @@ def _console(show: bool):
     return Console()
 
 
-def to_frame(records: list[dict]):
+def to_frame(records: list[dict]) -> pd.DataFrame:
     """Result records (dicts of strings, as the results file holds them) as a typed DataFrame.
 
     Args:
@@ -158,7 +166,7 @@ def to_frame(records: list[dict]):
     return frame
 
 
-def load_results(*paths: str | os.PathLike):
+def load_results(*paths: str | os.PathLike) -> pd.DataFrame:
     """Read one or more ctxbench results files into one DataFrame.
 
     Every file is checked as `ctxbench report` checks it (its columns, and no value that no run

@@ -813,3 +813,67 @@ def say_string_16k() -> None:
     s, y, n = ppl[("string", "2")], ppl[("yarn", "2")], niah[("string", "2")]
     _out(f"perplexity {s['value']:.4g} against yarn's {y['value']:.4g} ({_ppl_delta(s)}, {p_text(s)}); niah {round(n['value'] * n['n'])}/{n['n']}\n"
          f"where yarn found 7 of those 10 ({_pts(n)}, exact McNemar {p_text(n)}).")  # fmt: skip
+
+
+# --- Reading the output: what the Quickstart and the reporting commands print ---------------------------
+
+QUICKSTART = ("ppl", "--method", "none,ntk,yarn", "--factor", "2", "--len", "1k,2k,4k", "--docs", "2")
+QUICKSTART_CSV = "results/quickstart-smollm2.csv"  # the Quickstart's command, run with --dtype float32 --out of this file
+
+
+def _terminal(*args: str, width: int = 110, ok: tuple[int, ...] = (0,), head: int = 0) -> str:
+    """What ``ctxbench ARGS`` prints to a terminal ``width`` columns wide (stdout then stderr), on a
+    machine that has measured nothing yet (an empty cache: the plan's default throughput, the same
+    everywhere); trailing spaces cut, the first ``head`` lines only when given."""
+    with tempfile.TemporaryDirectory() as empty:
+        env = {**ENV, "COLUMNS": str(width), "CTXBENCH_CACHE": empty}
+        proc = subprocess.run([sys.executable, "-m", "ctxbench", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode not in ok:
+        raise RuntimeError(f"ctxbench {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    lines = [ln.rstrip() for ln in (proc.stdout + proc.stderr).rstrip("\n").splitlines()]
+    if head and len(lines) > head:
+        lines = [*lines[:head], "..."]
+    return "\n".join(lines)
+
+
+def terminal(*args: str, width: int = 110, ok: tuple[int, ...] = (0,), head: int = 0, shown: str = "") -> None:
+    """``$ ctxbench ARGS`` and what it prints, as a code block (``shown``: the command as the reader types it)."""
+    _out("```\n$ " + (shown or "ctxbench " + " ".join(f'"{a}"' if " " in a or "(" in a else a for a in args)) + "\n"
+         + _terminal(*args, width=width, ok=ok, head=head) + "\n```")  # fmt: skip
+
+
+def quickstart_plan() -> None:
+    """The plan the Quickstart's command prints before it loads the model (``--dry-run``)."""
+    terminal(*QUICKSTART, "--dry-run", width=120, shown="ctxbench " + " ".join(QUICKSTART) + " --dry-run")
+
+
+def quickstart_table() -> None:
+    """The table the Quickstart's run ends with: ``ctxbench report`` of its committed rows draws the same one."""
+    terminal("report", QUICKSTART_CSV, width=110)
+
+
+def quickstart_cells() -> dict[str, dict[int, dict]]:
+    """label -> length -> the Quickstart's perplexity cell (``value``, ``lo``, ``hi``)."""
+    (pivot,) = [p for p in _json(QUICKSTART_CSV) if p.get("kind") is None and p["metric"] == "ppl"]
+    return {r["method"]: {int(n): c for n, c in r["cells"].items()} for r in pivot["rows"]}
+
+
+def say_quickstart_brackets() -> None:
+    """The worked reading of one cell of the Quickstart's table."""
+    c = quickstart_cells()["none"][1024]
+    _out(f"`none` at 1k reads `{c['value']:.4g} [{c['lo']:.4g}–{c['hi']:.4g}]`: perplexity {c['value']:.4g} over the two documents'\n"
+         f"first 1024 tokens, and a 95% interval from {c['lo']:.4g} to {c['hi']:.4g}.")  # fmt: skip
+
+
+def say_paired_reading(path: str = "results/niah-smollm2-x2.csv", label: str = "rerope") -> None:
+    """The reading of one paired cell of ``report PATH --baseline yarn --len 16k``."""
+    (pivot,) = [p for p in _json(path, "--baseline", "yarn", "--len", "16k") if p.get("kind") is None and p["metric"] == "accuracy"]
+    c = next(r for r in pivot["rows"] if r["method"] == label)["cells"]["16384"]
+    pts, n = round(c["delta"] * c["paired_n"]), c["paired_n"]
+    _out(f"Read `{label}`'s `(Δ {_pts(c)}, p={_p(c['p_value'])}, Holm {_p(c['p_holm'])})` as:\n\n"
+         f"- **Δ {c['delta'] * 100:+.0f} pts**: {label} found {pts} more needles in {n} than yarn on the same {n} prompts. Perplexity\n"
+         f"  shows a relative difference instead (`Δ -2.5%`).\n"
+         f"- **[{c['delta_lo'] * 100:+.0f}, {c['delta_hi'] * 100:+.0f}]**: the 95% paired bootstrap interval of that difference.\n"
+         f"- **p={_p(c['p_value'])}**: the test's own p-value (exact McNemar for right/wrong trials, a sign-flip\n"
+         f"  permutation test for perplexity).\n"
+         f"- **Holm {_p(c['p_holm'])}**: the same p after Holm's correction over every comparison this report shows.")  # fmt: skip
