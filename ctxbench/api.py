@@ -1,16 +1,8 @@
-"""Python API for notebooks; the CLI is a thin layer over the same runner path.
+"""Python API for notebooks; the CLI is a thin layer over the same runner path (docs/api.md has an
+example)."""
 
-```python
-import ctxbench
-
-lm = ctxbench.load_model("smollm2-135m")  # load once
-df = ctxbench.run("ppl", lm, method="none,ntk,yarn", factor=2, length="1k,2k", docs=2)
-df = ctxbench.sweep("quick", out="quick.csv")  # a built-in suite by name, or a file; shards under torchrun like the CLI
-df = ctxbench.load_results("results/ppl-smollm2-factor2.csv")
-```
-
-Docstrings here are Google style (``docstring_style: google`` in mkdocs.yml): the API page renders them.
-"""
+# Docstrings here are Google style (mkdocs.yml: docstring_style google): Args/Returns sections,
+# code in backticks, no Sphinx roles, so mkdocstrings renders them.
 
 from __future__ import annotations
 

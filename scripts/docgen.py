@@ -99,8 +99,10 @@ def _cell(text: str) -> str:
     return "`".join(p if i % 2 else p.replace("*", "\\*").replace("_", "\\_") for i, p in enumerate(parts))
 
 
-def _code(text: str) -> str:
-    return f"`{text}`"
+def _code(text: str, wrap: bool = False) -> str:
+    """A code span; ``wrap``: one the docs' CSS lets wrap at its spaces inside a table cell (a formula),
+    where an identifier's code span never wraps (docs/stylesheets/extra.css)."""
+    return f"`{text}`" + ("{: .wrap }" if wrap else "")
 
 
 def methods_table() -> None:
@@ -114,7 +116,7 @@ def methods_table() -> None:
     for name, m in METHODS.items():
         params = "<br>".join(f"`{p.name}={p.shown_default()}`" for p in m.declared) or "—"
         also = "".join(f" (`{a}`)" for a in aliases.get(name, []))
-        lines.append(f"| `{name}`{also} | {_kind(m)} | {params} | {_code(m.formula)} | {_cell(m.source)} |")
+        lines.append(f"| `{name}`{also} | {_kind(m)} | {params} | {_code(m.formula, wrap=True)} | {_cell(m.source)} |")
     _out("\n".join(lines))
 
 
@@ -824,13 +826,34 @@ QUICKSTART_CSV = "results/quickstart-smollm2.csv"  # the Quickstart's command, r
 def _terminal(*args: str, width: int = 110, ok: tuple[int, ...] = (0,), head: int = 0) -> str:
     """What ``ctxbench ARGS`` prints to a terminal ``width`` columns wide (stdout then stderr), on a
     machine that has measured nothing yet (an empty cache: the plan's default throughput, the same
-    everywhere); trailing spaces cut, the first ``head`` lines only when given."""
+    everywhere); trailing spaces cut, the first ``head`` lines only when given. Run in this process,
+    as ``_report`` runs (no interpreter start per sample)."""
+    import contextlib
+    import io
+
+    from ctxbench import cli
+    from ctxbench.cli import app
+
+    out, cwd, saved = io.StringIO(), Path.cwd(), {k: os.environ.get(k) for k in ("COLUMNS", "CTXBENCH_CACHE", "NO_COLOR", "TERM")}
+    widths = cli.console.width, cli.err.width  # the CLI's consoles, made at import: their width is set here
     with tempfile.TemporaryDirectory() as empty:
-        env = {**ENV, "COLUMNS": str(width), "CTXBENCH_CACHE": empty}
-        proc = subprocess.run([sys.executable, "-m", "ctxbench", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    if proc.returncode not in ok:
-        raise RuntimeError(f"ctxbench {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
-    lines = [ln.rstrip() for ln in (proc.stdout + proc.stderr).rstrip("\n").splitlines()]
+        try:
+            os.chdir(ROOT)
+            cli.console.width = cli.err.width = width
+            os.environ.update({"COLUMNS": str(width), "CTXBENCH_CACHE": empty, "NO_COLOR": "1", "TERM": "dumb"})
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                try:
+                    code = app(args=list(args), prog_name="ctxbench", standalone_mode=False) or 0
+                except SystemExit as exc:
+                    code = exc.code or 0
+        finally:
+            os.chdir(cwd)
+            cli.console.width, cli.err.width = widths
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    if code not in ok:
+        raise RuntimeError(f"ctxbench {' '.join(args)} exited {code}:\n{out.getvalue()}")
+    lines = [ln.rstrip() for ln in out.getvalue().rstrip("\n").splitlines()]
     if head and len(lines) > head:
         lines = [*lines[:head], "..."]
     return "\n".join(lines)
@@ -844,7 +867,7 @@ def terminal(*args: str, width: int = 110, ok: tuple[int, ...] = (0,), head: int
 
 def quickstart_plan() -> None:
     """The plan the Quickstart's command prints before it loads the model (``--dry-run``)."""
-    terminal(*QUICKSTART, "--dry-run", width=120, shown="ctxbench " + " ".join(QUICKSTART) + " --dry-run")
+    terminal(*QUICKSTART, "--dry-run", width=110, shown="ctxbench " + " ".join(QUICKSTART) + " --dry-run")
 
 
 def quickstart_table() -> None:
