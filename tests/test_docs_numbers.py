@@ -36,7 +36,6 @@ NOT_RESULTS = {
     "1.98": "yarn's LongPPL interval", "3.51": "yarn's LongPPL interval", "2.11": "history", "5.17": "history",
     "24.6": "ntk-mixed against none at 1k, a ratio of two table cells",
 }  # fmt: skip
-QUICKSTART_TABLE = "docs/statistics.md"  # its paired-ratio table is a run that is not committed (2 documents, 1k-4k)
 
 
 def _generated_text() -> str:
@@ -63,8 +62,6 @@ def _numbers_outside_tables(text: str) -> list[str]:
 def test_every_decimal_number_in_the_prose_is_one_a_generated_block_shows(page):
     pool = {float(n) for n in re.findall(r"\d+\.\d+", _generated_text())}
     prose = _prose(page)
-    if page == QUICKSTART_TABLE:
-        prose = prose.split("On the Quickstart's run", 1)[0] + prose.split("which per-method intervals", 1)[-1]
     stray = [n for n in _numbers_outside_tables(prose) if n not in NOT_RESULTS and not _shown(n, pool, {})]
     assert not stray, f"{page} quotes {stray}: generate the sentence (scripts/docgen.py, say_*) or say why in NOT_RESULTS"
 
