@@ -1,15 +1,14 @@
-"""Python API for notebooks; the CLI is a thin layer over the same runner path.
+"""Python API for notebooks; the CLI is a thin layer over the same runner path (docs/api.md has an
+example)."""
 
-    import ctxbench
-    lm = ctxbench.load_model("smollm2-135m")
-    df = ctxbench.run("ppl", lm, method="none,ntk,yarn", factor=2, length="1k,2k", docs=2)
-    df = ctxbench.sweep("quick", out="quick.csv")   # a built-in suite by name, or a file; shards under torchrun like the CLI
-    df = ctxbench.load_results("results/ppl-smollm2-factor2.csv")
-"""
+# Docstrings here are Google style (mkdocs.yml: docstring_style google): Args/Returns sections,
+# code in backticks, no Sphinx roles, so mkdocstrings renders them.
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
 from ctxbench.results.store import COLUMNS, read_records
@@ -18,20 +17,52 @@ from ctxbench.runner.settings import build_settings, resolve_methods
 from ctxbench.runner.suite import default_out, load_suite
 from ctxbench.tasks import get
 
+if TYPE_CHECKING:  # for the annotations only: importing ctxbench loads neither pandas nor torch
+    import pandas as pd
 
-def load_model(*args, **kwargs):
-    """Load a model once (see :func:`ctxbench.model.load.load`); pass it to :func:`run` or :func:`sweep`."""
+    from ctxbench.model.load import LoadedModel
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    attn: str | None = "sdpa",
+    device_map: str | None = None,
+    quantization: str | None = None,
+) -> LoadedModel:
+    """Load a model and its tokenizer once, to pass to `run` or `sweep` as `model=`.
+
+    The same loader as the CLI's (`ctxbench.model.load.load`): the model is checked to have RoPE
+    before its weights load, and nothing is downloaded unless `spec` is a hub id.
+
+    Args:
+        spec: an alias (`"smollm2-135m"`, the default), a local folder or GGUF file, or a hub id.
+        device: `"auto"` (CUDA when present, else CPU), `"cpu"`, `"cuda"` or `"cuda:N"`.
+        dtype: `"auto"`, `"float32"`, `"bfloat16"` or `"float16"`; `"auto"` on a CPU picks
+            bfloat16 only where it is faster and scores as float32 does.
+        trust_remote_code: run the model repository's own code (as transformers' flag).
+        attn: the attention implementation (`"sdpa"`, `"eager"`, `"flash_attention_2"`).
+        device_map: transformers' `device_map` (`"auto"` spreads a large model over GPUs).
+        quantization: `"4bit"` or `"8bit"` (bitsandbytes), or `None`.
+
+    Returns:
+        The loaded model (`ctxbench.model.load.LoadedModel`): model, tokenizer and their
+            provenance.
+    """
     from ctxbench.model.load import load
 
-    return load(*args, **kwargs)
+    return load(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code, attn=attn, device_map=device_map,
+                quantization=quantization)  # fmt: skip
 
 
 def run(
     task: str = "ppl",
-    model=DEFAULT_MODEL,
-    method="none",
-    factor=DEFAULT_FACTOR,
-    length=None,
+    model: LoadedModel | str = DEFAULT_MODEL,
+    method: str | Sequence[str] = "none",
+    factor: float | str | Sequence[float] = DEFAULT_FACTOR,
+    length: int | str | Sequence[int | str] | None = None,
     params: dict | None = None,
     out: str | os.PathLike | None = None,
     resume: bool = True,
@@ -40,11 +71,33 @@ def run(
     dtype: str = "auto",
     backend: str = "hf",
     show: bool = False,
-    **options,
-):
-    """Run one task over methods x factors x lengths; returns the tidy rows as a DataFrame.
-    ``options`` are the task's own (e.g. ``docs=2`` for ppl, ``trials=8`` for passkey);
-    ``backend="vllm"`` runs it on vLLM (:mod:`ctxbench.backends`); ``show=True`` prints the plan, progress and summary as the CLI does."""
+    **options: Any,
+) -> pd.DataFrame:
+    """Run one task over methods x factors x lengths, as `ctxbench TASK` does.
+
+    Values parse as the CLI's options do (`length="1k,2k"` or `[1024, 2048]`) and a bad one
+    raises `ctxbench.errors.UserError` before the model loads.
+
+    Args:
+        task: a registered task's name (`"ppl"`, `"passkey"`, `"niah"`, ... or a plug-in's).
+        model: a model from `load_model` (loaded once, reused), or a name to load for this call.
+        method: one method or a comma list (`"none,yarn"`, `"ntk+logn"`), or a list.
+        factor: the scale factor(s) (`2`, `"2,4"`).
+        length: the length(s) in tokens (`"4k"`, `"1k,2k"`); `None`: the task's default grid.
+        params: method parameters, checked as `--param` is (`{"beta_fast": 16}`).
+        out: a CSV to append the rows to and resume from; `None` keeps them in memory only.
+        resume: skip the cells `out` already holds.
+        seed: the run's seed (trial `t` is the same prompt for every method).
+        device: as in `load_model`, when `model` is a name.
+        dtype: as in `load_model`, when `model` is a name.
+        backend: `"hf"` (transformers) or `"vllm"` (see `ctxbench.backends`).
+        show: print the plan, progress and summary table as the CLI does.
+        **options: the task's own options (`docs=2` for ppl, `trials=8` for passkey).
+
+    Returns:
+        The tidy rows of every cell (this run's and, with `out`, those resumed), as a pandas
+            DataFrame with the results file's columns.
+    """
 
     spec = get(task)
     settings = build_settings(spec, resolve_methods(method, params), factor, length, options)
@@ -53,9 +106,20 @@ def run(
     return to_frame(outcome.records)
 
 
-def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model=None, show: bool = False):
-    """Run every job of a suite (a built-in one by name, e.g. ``"nightly"``, or a file; model loaded
-    once, or the given one); returns all rows. Without ``out``, the suite's own ``out`` (its folder made)."""
+def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model: LoadedModel | None = None,
+          show: bool = False) -> pd.DataFrame:  # fmt: skip
+    """Run every job of a suite with the model loaded once, as `ctxbench sweep` does.
+
+    Args:
+        suite: a built-in suite's name (`"quick"`, `"nightly"`) or a suite file's path.
+        out: the CSV to write and resume from; `None`: the suite's own `out` (its folder made).
+        resume: skip the cells the output file already holds.
+        model: a model from `load_model` to use instead of the suite's.
+        show: print the plan, progress and summary tables as the CLI does.
+
+    Returns:
+        Every row of the suite's cells, as a pandas DataFrame.
+    """
 
     spec = load_suite(suite)
     target = model or ModelConfig(model=spec.model, device=spec.device, dtype=spec.dtype, attn=spec.attn,
@@ -74,9 +138,17 @@ def _console(show: bool):
     return Console()
 
 
-def to_frame(records: list[dict]):
-    import pandas as pd
+def to_frame(records: list[dict]) -> pd.DataFrame:
+    """Result records (dicts of strings, as the results file holds them) as a typed DataFrame.
 
+    Args:
+        records: rows with the results file's columns.
+
+    Returns:
+        A pandas DataFrame with every column of the results file; `factor`, `value` and `seconds`
+            as floats, `length`, `tokens` and `seed` as nullable integers.
+    """
+    import pandas as pd
 
     frame = pd.DataFrame.from_records(records, columns=COLUMNS) if records else pd.DataFrame(columns=COLUMNS)
     for col in ("factor", "value", "seconds"):
@@ -86,8 +158,18 @@ def to_frame(records: list[dict]):
     return frame
 
 
-def load_results(*paths: str | os.PathLike):
-    """Read one or more ctxbench CSVs (schema-checked) into one DataFrame."""
+def load_results(*paths: str | os.PathLike) -> pd.DataFrame:
+    """Read one or more ctxbench results files into one DataFrame.
+
+    Every file is checked as `ctxbench report` checks it (its columns, and no value that no run
+    can produce); a bad one raises `ctxbench.errors.UserError` naming it.
+
+    Args:
+        *paths: results CSV files.
+
+    Returns:
+        Their rows, concatenated, as `to_frame` returns them.
+    """
 
     records = []
     for path in paths:

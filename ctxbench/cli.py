@@ -380,7 +380,7 @@ def _plan_table(jobs, model: str, suite: str, target: str, device: str, dtype: s
     console.print(table)
 
 
-@app.command()
+@app.command(short_help="Per-cell change between two results files; exit 1 if anything got worse beyond noise (the CI gate).")
 def compare(
     base: str = typer.Argument(..., help="baseline results CSV"),
     new: str = typer.Argument(..., help="new results CSV"),
@@ -427,7 +427,7 @@ def compare(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(short_help="The pivot (method label x length per task and factor) as tables with intervals, in any format, and PNG plots.")
 def report(
     files: list[str] = typer.Argument(..., help="one or more results CSVs"),
     plot: str | None = typer.Option(None, "--plot", help="directory for PNG plots"),
@@ -492,7 +492,7 @@ def report(
             console.print(f"plot: {path}")
 
 
-@app.command()
+@app.command(short_help="Methods at one length, best first, and which pairs the paired tests separate (Holm-adjusted).")
 def rank(
     files: list[str] = typer.Argument(..., help="one or more results CSVs"),
     length: str = typer.Option(..., "--len", "-l", help="the length to rank the methods at, e.g. 16k"),

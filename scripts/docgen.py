@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import subprocess
@@ -25,6 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "HF_HUB_OFFLINE": "1"}
 ENV.pop("FORCE_COLOR", None)
+# the width --help is rendered at on the CLI page: wide enough that click shortens no command's summary
+# (it cuts one to the width left beside the command's name) and wraps no option's help mid-phrase
+HELP_WIDTH = 160
 
 
 def _out(text: str) -> None:
@@ -66,7 +70,8 @@ def _help(args: list[str]) -> str:
 
     from ctxbench.cli import app
 
-    result = CliRunner().invoke(typer.main.get_command(app), [*args, "--help"], prog_name="ctxbench", terminal_width=100, env=ENV)
+    result = CliRunner().invoke(typer.main.get_command(app), [*args, "--help"], prog_name="ctxbench", terminal_width=HELP_WIDTH,
+                              env={**ENV, "COLUMNS": str(HELP_WIDTH)})  # fmt: skip
     if result.exit_code != 0:
         raise RuntimeError(f"ctxbench {' '.join(args)} --help exited {result.exit_code}: {result.output}")
     return result.output
@@ -679,3 +684,368 @@ def results_table(path: str) -> None:
     if how:
         _out("")
         _out(f"*Measured by {how} (`{path}`).*")
+
+
+# --- numbers the prose quotes ---------------------------------------------------------------------
+# Each number a page's prose states about the committed results comes from one of these functions:
+# the sentence around it is written by a cog block (``docgen.say_*``), so it changes with the file,
+# and tests/test_docs_numbers.py calls the value functions to check what is left in plain prose.
+
+X4 = "results/ppl-smollm2-x4-1k-32k.csv"
+
+
+def ppl_cells(path: str = X4) -> dict[str, dict[int, float]]:
+    """label -> length -> perplexity (all documents) of the headline pivot of ``ctxbench report PATH``."""
+    (pivot,) = [p for p in _json(path) if p.get("kind") is None and p["metric"] == "ppl"]
+    return {r["method"]: {int(n): c["value"] for n, c in r["cells"].items()} for r in pivot["rows"]}
+
+
+def ppl_change(a: int, b: int, path: str = X4) -> dict[str, float]:
+    """label -> relative change of perplexity from length ``a`` to length ``b`` (0.083 = 8.3% higher)."""
+    return {m: cells[b] / cells[a] - 1 for m, cells in ppl_cells(path).items() if a in cells and b in cells}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%" if abs(x) < 0.1 else f"{x * 100:.0f}%"
+
+
+def rise_text(a: int = 2048, b: int = 4096, path: str = X4, where: str = " on this document") -> str:
+    """``every method, plain RoPE included, is worse at 4k than at 2k on this document: by 2.4%
+    (`ms-poe`) to 21% (`llama3`), plain RoPE by 8.3%``, or how many are when not every one is."""
+    change = ppl_change(a, b, path)
+    worse = {m: c for m, c in change.items() if c > 0}
+    lo, hi = min(worse, key=worse.get), max(worse, key=worse.get)
+    who = "every method, plain RoPE included," if len(worse) == len(change) else f"{len(worse)} of the {len(change)} methods"
+    return (f"{who} is worse at {_k(b)} than at {_k(a)}{where}: by {_pct(worse[lo])} (`{lo}`) to "
+            f"{_pct(worse[hi])} (`{hi}`), plain RoPE by {_pct(change['none'])}")  # fmt: skip
+
+
+def say_x4_inside(path: str = X4) -> None:
+    """The results page's bullet on the factor-4 table inside the trained length."""
+    cells = ppl_cells(path)
+    _out(f"- **Inside the trained length.** Below 8k the dynamic methods equal `none` (they only change past\n"
+         f"  `L`), and the static ones pay for their rescaling (yarn {cells['yarn'][1024]:.3g} against "
+         f"{cells['none'][1024]:.3g} at 1k; `linear`, which\n"
+         f"  divides every frequency by 4, is far worse everywhere). The first `n` tokens are not equally hard\n"
+         f"  for every `n`: {rise_text(path=path)}. That is why the effective length asks for\n"
+         f"  non-overlapping intervals too.")  # fmt: skip
+
+
+def say_ppl_effective_rule() -> None:
+    """The statistics page's bullet on perplexity's effective length, with the same rise (a whole list
+    item: a cog marker inside one would end its paragraph)."""
+    _out("- **For perplexity**: the longest length up to which no length is worse than the best shorter one\n"
+         "  beyond noise — more than 10% higher *and* with non-overlapping 95% intervals, `compare`'s rule.\n"
+         "  The interval matters on one document: the first `n` tokens are not equally hard for every `n`\n"
+         f"  (on the committed 1k-32k document {rise_text(where='')}),\n"
+         "  and a bare 10% rule called that a failure.")  # fmt: skip
+
+
+# the proxy study's correlations: (proxy, target) -> rho, its interval and the configurations behind it
+PROXY_CORRELATIONS = "results/proxy-study-smollm2-correlations.csv"
+
+
+def proxy_rho(proxy: str = "answer_nll", target: str = "niah_16k") -> tuple[float, float, float, int]:
+    """(rho, lo, hi, configurations) of one proxy against one target, from the committed study."""
+    with open(ROOT / PROXY_CORRELATIONS, newline="") as f:
+        for r in csv.DictReader(f):
+            if (r["proxy"], r["target"]) == (proxy, target):
+                return float(r["rho"]), float(r["rho_lo"]), float(r["rho_hi"]), int(r["configs"])
+    raise RuntimeError(f"{PROXY_CORRELATIONS} has no row for {proxy} against {target}")
+
+
+def rho_text(proxy: str = "answer_nll", target: str = "niah_16k", interval: bool = True) -> str:
+    """``+0.91 [+0.67, +0.98]`` (or ``+0.91`` without the interval)."""
+    rho, lo, hi, _ = proxy_rho(proxy, target)
+    return f"{rho:+.2f}" + (f" [{lo:+.2f}, {hi:+.2f}]" if interval else "")
+
+
+# --- what a suite plans -------------------------------------------------------------------------------
+
+
+def suite_minutes(name: str) -> str:
+    """The time ``ctxbench sweep NAME --dry-run`` plans (``25 min``, as its last line says it) on a
+    machine that has measured nothing yet (the default 2-core CPU throughput: the same everywhere)."""
+    from ctxbench.runner.plan import _minutes, plan_table
+    from ctxbench.runner.suite import load_suite
+
+    spec = load_suite(name)
+    saved = os.environ.get("CTXBENCH_CACHE")
+    with tempfile.TemporaryDirectory() as empty:
+        os.environ["CTXBENCH_CACHE"] = empty  # no throughput measured here: the plan's default one
+        try:
+            plan = plan_table(list(spec.jobs), spec.model, device=spec.device, dtype=spec.dtype)
+        finally:
+            if saved is None:
+                os.environ.pop("CTXBENCH_CACHE", None)
+            else:
+                os.environ["CTXBENCH_CACHE"] = saved
+    return _minutes(plan.seconds)
+
+
+def measured_minutes(path: str) -> int:
+    """The wall minutes a committed run took: from the start of its first cell (the first row's
+    ``time`` less that cell's ``seconds``) to its last row (cells computed together share their
+    seconds, so a sum of the cells' seconds would count a shared forward more than once)."""
+    from datetime import datetime
+
+    start, end = None, None
+    with open(ROOT / path, newline="") as f:
+        for r in csv.DictReader(f):
+            t = datetime.fromisoformat(r["time"]).timestamp()
+            began = t - float(r["seconds"] or 0)
+            start, end = began if start is None else min(start, began), t if end is None else max(end, t)
+    return round((end - start) / 60)
+
+
+def say_suite_costs() -> None:
+    """The built-in suites' planned minutes, and the committed nightly baseline's measured ones."""
+    _out(f"Planned on a 2-core CPU (`ctxbench sweep NAME --dry-run` on a machine that has not measured its own\n"
+         f"speed yet): `quick` {suite_minutes('quick')}, `nightly` {suite_minutes('nightly')}. The committed\n"
+         f"nightly baseline's real run (`results/baseline-nightly.csv`) took {measured_minutes('results/baseline-nightly.csv')} min on 2 cores, the model's loading aside.")  # fmt: skip
+
+
+# --- one Holm family per question: the methods since 2024 against yarn at 16k --------------------------
+# Every comparison of that question is in ONE report per metric (so one Holm family each): the table
+# on the results page, the reports behind it and the prose all quote the same adjusted p, with the
+# test's own p beside it.
+
+_R = "results/"
+SINCE_2024_PPL = (_R + "proxies-smollm2-16k.csv", _R + "newmethods-smollm2-16k-ppl.csv", "--len", "16k", "--baseline", "yarn",
+                  "--method", "yarn,dca,string,yarn+ssmax,ms-poe,ms-poe(keys=group-first)", "--factor", "2")
+# ntk-mixed at factor 4 against yarn x4 at 16k is already a comparison of the factor-4 report (every method
+# against yarn, 1k-32k): quoted from that family, not tested again in a second one
+X4_AGAINST_YARN = (X4, "--baseline", "yarn")
+SINCE_2024_NIAH = (_R + "niah-smollm2-x2-ruler.csv", _R + "niah-smollm2-validation.csv", _R + "niah-smollm2-string-16k.csv",
+                   _R + "niah-smollm2-newmethods.csv", "--len", "16k", "--baseline", "yarn",
+                   "--method", "yarn,dca,string,yarn+ssmax,ms-poe,ntk-mixed(mixed_b=0.625)", "--factor", "2,4")  # fmt: skip
+# the table's rows: (label, the factor its comparison is read at, what the row is called)
+SINCE_2024_ROWS = (
+    ("dca", "2", "`dca`"),
+    ("string", "2", "`string`"),
+    ("yarn+ssmax", "2", "`yarn+ssmax` (factor 2)"),
+    ("ms-poe", "2", "`ms-poe`"),
+    ("ms-poe(keys=group-first)", "2", "`ms-poe` (`keys=group-first`, the authors' code)"),
+    ("ntk-mixed(mixed_b=0.625)", "4", "`ntk-mixed` (`mixed_b=0.625`, factor 4)"),
+)
+
+
+def paired_cells(*args: str, metric: str, length: int = 16384) -> dict[tuple[str, str], dict]:
+    """(label, factor) -> the cell at ``length`` of ``ctxbench report ARGS`` with its paired
+    comparison (``delta``, ``p_value``, ``p_holm``), from the headline tables of ``metric``; the
+    baseline's own cells too (no ``delta``)."""
+    out = {}
+    for p in _json(*args):
+        if p.get("kind") is None and p["metric"] == metric:
+            for row in p["rows"]:
+                if str(length) in row["cells"]:
+                    out[(row["method"], p["factor"])] = row["cells"][str(length)]
+    return out
+
+
+def _since_2024_ppl() -> dict[tuple[str, str], dict]:
+    return {**paired_cells(*X4_AGAINST_YARN, metric="ppl"), **paired_cells(*SINCE_2024_PPL, metric="ppl")}
+
+
+def family_size(*args: str, metric: str) -> int:
+    """How many comparisons one report's Holm family holds (every paired cell it shows)."""
+    return sum(1 for p in _json(*args) if p.get("kind") is None and p["metric"] == metric
+               for r in p["rows"] for c in r["cells"].values() if c.get("p_holm") is not None)  # fmt: skip
+
+
+def _p(x: float) -> str:
+    return f"{x:.2g}"
+
+
+def p_text(cell: dict) -> str:
+    """``p = 0.016, Holm 0.094``: the test's own p and the adjusted one."""
+    return f"p = {_p(cell['p_value'])}, Holm {_p(cell['p_holm'])}"
+
+
+def _ppl_delta(c: dict) -> str:
+    r = lambda x: (math.exp(x) - 1) * 100  # noqa: E731  NLL difference -> perplexity ratio
+    return f"{r(c['delta']):+.1f}% [{r(c['delta_lo']):+.1f}, {r(c['delta_hi']):+.1f}]"
+
+
+def _pts(c: dict) -> str:
+    return f"{c['delta'] * 100:+.0f} pts [{c['delta_lo'] * 100:+.0f}, {c['delta_hi'] * 100:+.0f}]"
+
+
+def since_2024_table() -> None:
+    """Each method since 2024 against yarn at 16k: perplexity and niah, each paired comparison from
+    its metric's one report (one Holm family per metric)."""
+    ppl = _since_2024_ppl()
+    niah = paired_cells(*SINCE_2024_NIAH, metric="accuracy")
+    lines = ["| method | ppl at 16k | paired against yarn | niah `single_1` at 16k | paired against yarn, the same 10 needles |",
+             "| --- | ---: | --- | ---: | --- |"]  # fmt: skip
+    for label, factor, name in SINCE_2024_ROWS:
+        own = "" if factor == "2" else f"against yarn x{factor} ({ppl[('yarn', factor)]['value']:.4g}): "
+        c = ppl[(label, factor)]
+        better = c["delta"] < 0 and c["p_holm"] < 0.05
+        delta = f"**{_ppl_delta(c).split(' ')[0]}** {_ppl_delta(c).split(' ', 1)[1]}" if better else _ppl_delta(c)
+        cells = [name, f"{c['value']:.4g}", f"{own}{delta}, {p_text(c)}"]
+        n = niah.get((label, factor))
+        if n is None:
+            cells += ["not run", ""]
+        else:
+            base = niah[("yarn", factor)]
+            own = "" if factor == "2" else f"against yarn x{factor} ({round(base['value'] * base['n'])}/{base['n']}): "
+            cells += [f"{round(n['value'] * n['n'])}/{n['n']}", f"{own}{_pts(n)}, {p_text(n)}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    _out("\n".join(lines))
+
+
+def say_since_2024_families() -> None:
+    """The sentence above that table: which reports, and how many comparisons each family holds."""
+    _out(f"p-values: the test's own, then Holm-adjusted over every comparison of that metric's one report\n"
+         f"(below the table: {family_size(*SINCE_2024_PPL, metric='ppl')} perplexity comparisons, "
+         f"{family_size(*SINCE_2024_NIAH, metric='accuracy')} niah ones; ntk-mixed's perplexity against yarn x4 is the\n"
+         f"[factor-4 report](#factor-4-1k-32k)'s, over its {family_size(*X4_AGAINST_YARN, metric='ppl')}), so each pair has one adjusted p on this page.")  # fmt: skip
+
+
+def separated(label: str, factor: str, family: str = "niah", alpha: float = 0.05) -> bool:
+    """Whether that comparison of the since-2024 family is separated after Holm."""
+    cells = paired_cells(*SINCE_2024_NIAH, metric="accuracy") if family == "niah" else _since_2024_ppl()
+    return cells[(label, factor)]["p_holm"] < alpha
+
+
+def say_since_2024_verdict() -> None:
+    """The paragraph under that table: what the one family separates, from the same reports."""
+    ppl = _since_2024_ppl()
+    niah = paired_cells(*SINCE_2024_NIAH, metric="accuracy")
+    plain = {r["method"]: next(iter(r["cells"].values()))["value"]
+             for p in _json(_R + "proxies-smollm2-16k.csv", "--len", "16k") if p.get("kind") is None and p["metric"] == "ppl" and p["factor"] == "2"
+             for r in p["rows"]}  # fmt: skip
+    less = lambda m: f"{(1 - plain[m] / plain['yarn']) * 100:.1f}%"  # noqa: E731
+    sep = lambda c: "separated" if c["p_holm"] < 0.05 else "not separated"  # noqa: E731
+    dca, dca_n = ppl[("dca", "2")], niah[("dca", "2")]
+    worse = [m for m, f in (("string", "2"), ("yarn+ssmax", "2"), ("ms-poe", "2"), ("ntk-mixed(mixed_b=0.625)", "4"))
+             if ppl[(m, f)]["delta"] > 0 and ppl[(m, f)]["p_holm"] < 0.05]  # fmt: skip
+    names = {"string": "STRING", "yarn+ssmax": "SSMax on yarn", "ms-poe": "Ms-PoE", "ntk-mixed(mixed_b=0.625)": "NTK-mixed"}
+    mixed, string, mspoe = niah[("ntk-mixed(mixed_b=0.625)", "4")], niah[("string", "2")], niah[("ms-poe", "2")]
+    both = f"each {p_text(string)}: {sep(string)}" if (p_text(string), sep(string)) == (p_text(mspoe), sep(mspoe)) else \
+        f"{p_text(string)}: {sep(string)}, and {p_text(mspoe)}: {sep(mspoe)}"  # fmt: skip
+    _out(f"So **DCA is the one new method that beats yarn at 16k on perplexity**, {sep(dca)} ({_ppl_delta(dca).split('%')[0].lstrip('-+')}% better;\n"
+         f"rerope in the same run is {less('rerope')} better, self-extend {less('self-extend')}), and on niah it found all {dca_n['n']} needles where\n"
+         f"yarn found 7 of the same 10, three one-way discordant trials, which 10 trials cannot separate\n"
+         f"({p_text(dca_n)}; it takes 6 to reach p < 0.05 before any correction).\n"
+         f"{', '.join(names[m] for m in worse[:-1])} and {names[worse[-1]]} are all worse than yarn on perplexity, each separated.\n"
+         f"On niah, NTK-mixed at factor 4 finds fewer needles than yarn x4 ({round(mixed['value'] * mixed['n'])} against 10; {p_text(mixed)}:\n"
+         f"{sep(mixed)}), STRING and Ms-PoE find none where yarn found 7 ({both}; 10 trials a cell are few\n"
+         f"for {family_size(*SINCE_2024_NIAH, metric='accuracy')} comparisons), and SSMax on yarn finds exactly yarn's 7.")  # fmt: skip
+
+
+def say_string_16k() -> None:
+    """STRING against yarn at 16k, quoted from the since-2024 families (the same p as the table)."""
+    ppl = paired_cells(*SINCE_2024_PPL, metric="ppl")
+    niah = paired_cells(*SINCE_2024_NIAH, metric="accuracy")
+    s, y, n = ppl[("string", "2")], ppl[("yarn", "2")], niah[("string", "2")]
+    _out(f"perplexity {s['value']:.4g} against yarn's {y['value']:.4g} ({_ppl_delta(s)}, {p_text(s)}); niah {round(n['value'] * n['n'])}/{n['n']}\n"
+         f"where yarn found 7 of those 10 ({_pts(n)}, exact McNemar {p_text(n)}).")  # fmt: skip
+
+
+# --- Reading the output: what the Quickstart and the reporting commands print ---------------------------
+
+QUICKSTART = ("ppl", "--method", "none,ntk,yarn", "--factor", "2", "--len", "1k,2k,4k", "--docs", "2")
+QUICKSTART_CSV = "results/quickstart-smollm2.csv"  # the Quickstart's command, run with --dtype float32 --out of this file
+
+
+def _terminal(*args: str, width: int = 110, ok: tuple[int, ...] = (0,), head: int = 0) -> str:
+    """What ``ctxbench ARGS`` prints to a terminal ``width`` columns wide (stdout then stderr), on a
+    machine that has measured nothing yet (an empty cache: the plan's default throughput, the same
+    everywhere); trailing spaces cut, the first ``head`` lines only when given. Run in this process,
+    as ``_report`` runs (no interpreter start per sample)."""
+    import contextlib
+    import io
+
+    from ctxbench import cli
+    from ctxbench.cli import app
+
+    out, cwd, saved = io.StringIO(), Path.cwd(), {k: os.environ.get(k) for k in ("COLUMNS", "CTXBENCH_CACHE", "NO_COLOR", "TERM")}
+    widths = cli.console.width, cli.err.width  # the CLI's consoles, made at import: their width is set here
+    with tempfile.TemporaryDirectory() as empty:
+        try:
+            os.chdir(ROOT)
+            cli.console.width = cli.err.width = width
+            os.environ.update({"COLUMNS": str(width), "CTXBENCH_CACHE": empty, "NO_COLOR": "1", "TERM": "dumb"})
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                try:
+                    code = app(args=list(args), prog_name="ctxbench", standalone_mode=False) or 0
+                except SystemExit as exc:
+                    code = exc.code or 0
+        finally:
+            os.chdir(cwd)
+            cli.console.width, cli.err.width = widths
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    if code not in ok:
+        raise RuntimeError(f"ctxbench {' '.join(args)} exited {code}:\n{out.getvalue()}")
+    lines = [ln.rstrip() for ln in out.getvalue().rstrip("\n").splitlines()]
+    if head and len(lines) > head:
+        lines = [*lines[:head], "..."]
+    return "\n".join(lines)
+
+
+def terminal(*args: str, width: int = 110, ok: tuple[int, ...] = (0,), head: int = 0, shown: str = "") -> None:
+    """``$ ctxbench ARGS`` and what it prints, as a code block (``shown``: the command as the reader types it)."""
+    _out("```\n$ " + (shown or "ctxbench " + " ".join(f'"{a}"' if " " in a or "(" in a else a for a in args)) + "\n"
+         + _terminal(*args, width=width, ok=ok, head=head) + "\n```")  # fmt: skip
+
+
+def quickstart_plan() -> None:
+    """The plan the Quickstart's command prints before it loads the model (``--dry-run``)."""
+    terminal(*QUICKSTART, "--dry-run", width=110, shown="ctxbench " + " ".join(QUICKSTART) + " --dry-run")
+
+
+def quickstart_table() -> None:
+    """The table the Quickstart's run ends with: ``ctxbench report`` of its committed rows draws the same one."""
+    terminal("report", QUICKSTART_CSV, width=110)
+
+
+def quickstart_cells() -> dict[str, dict[int, dict]]:
+    """label -> length -> the Quickstart's perplexity cell (``value``, ``lo``, ``hi``)."""
+    (pivot,) = [p for p in _json(QUICKSTART_CSV) if p.get("kind") is None and p["metric"] == "ppl"]
+    return {r["method"]: {int(n): c for n, c in r["cells"].items()} for r in pivot["rows"]}
+
+
+def say_quickstart_brackets() -> None:
+    """The worked reading of one cell of the Quickstart's table."""
+    c = quickstart_cells()["none"][1024]
+    _out(f"`none` at 1k reads `{c['value']:.4g} [{c['lo']:.4g}–{c['hi']:.4g}]`: perplexity {c['value']:.4g} over the two documents'\n"
+         f"first 1024 tokens, and a 95% interval from {c['lo']:.4g} to {c['hi']:.4g}.")  # fmt: skip
+
+
+def say_paired_reading(path: str = "results/niah-smollm2-x2.csv", label: str = "rerope") -> None:
+    """The reading of one paired cell of ``report PATH --baseline yarn --len 16k``."""
+    (pivot,) = [p for p in _json(path, "--baseline", "yarn", "--len", "16k") if p.get("kind") is None and p["metric"] == "accuracy"]
+    c = next(r for r in pivot["rows"] if r["method"] == label)["cells"]["16384"]
+    pts, n = round(c["delta"] * c["paired_n"]), c["paired_n"]
+    _out(f"Read `{label}`'s `(Δ {_pts(c)}, p={_p(c['p_value'])}, Holm {_p(c['p_holm'])})` as:\n\n"
+         f"- **Δ {c['delta'] * 100:+.0f} pts**: {label} found {pts} more needles in {n} than yarn on the same {n} prompts. Perplexity\n"
+         f"  shows a relative difference instead (`Δ -2.5%`).\n"
+         f"- **[{c['delta_lo'] * 100:+.0f}, {c['delta_hi'] * 100:+.0f}]**: the 95% paired bootstrap interval of that difference.\n"
+         f"- **p={_p(c['p_value'])}**: the test's own p-value (exact McNemar for right/wrong trials, a sign-flip\n"
+         f"  permutation test for perplexity).\n"
+         f"- **Holm {_p(c['p_holm'])}**: the same p after Holm's correction over every comparison this report shows.")  # fmt: skip
+
+
+def quickstart_paired() -> None:
+    """The Quickstart's run: each method against plain RoPE, the per-method intervals and the paired
+    ratio's, and how many times narrower the paired one is (log-width against the narrower of the two)."""
+    from ctxbench.report.paired import compare_labels
+    from ctxbench.results.store import read_records
+
+    records = read_records(str(ROOT / QUICKSTART_CSV))
+    cells = quickstart_cells()
+    rows, narrower = [], []
+    for c in sorted(compare_labels(records, "none", task="ppl"), key=lambda c: (c.label, c.length)):
+        p, base, new = c.paired, cells["none"][c.length], cells[c.label][c.length]
+        times = min(math.log(base["hi"] / base["lo"]), math.log(new["hi"] / new["lo"])) / math.log(p.ratio_hi / p.ratio_lo)
+        narrower.append(times)
+        rows.append(f"| {c.label} | {_k(c.length)} | {base['value']:.3f} [{base['lo']:.3f}-{base['hi']:.3f}] | "
+                    f"{new['value']:.3f} [{new['lo']:.3f}-{new['hi']:.3f}] | {p.ratio:.4f} [{p.ratio_lo:.4f}-{p.ratio_hi:.4f}] | {times:.0f}x |")  # fmt: skip
+    _out(f"On the Quickstart's run (2 documents, `--docs 2`, `{QUICKSTART_CSV}`), the paired interval of the\n"
+         f"perplexity ratio is {min(narrower):.0f}-{max(narrower):.0f}x narrower than the per-method intervals it replaces (log-width\n"
+         "against the narrower of the two):\n\n"
+         "| method vs none | length | none | method | paired ratio [95%] | narrower |\n"
+         "| --- | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(rows))  # fmt: skip

@@ -21,8 +21,9 @@ For each pivot (task, variant, model, factor) and method label, over its measure
   not overlap (``compare``'s rule for a worse cell). Perplexity normally falls as context grows, and
   a method past its limit turns that around sharply (plain RoPE at 2L: 6.7 -> 21.7, intervals
   5.5-8.1 and 13-37); but the first ``n`` tokens of one document are not equally hard for every
-  ``n`` (on the committed 1k-32k document every method, plain RoPE included, is 8-17% worse at 4k
-  than at 2k), which the interval absorbs and a bare 10% rule would call a failure.
+  ``n`` (on the committed 1k-32k document every method, plain RoPE included, is worse at 4k than at
+  2k: docs/statistics.md quotes by how much), which the interval absorbs and a bare 10% rule would
+  call a failure.
 
 ``None`` when even the shortest length fails. A method measured at one length only, in a table of
 several, gets none either (``report`` shows ``—``): with one length there is no shorter base for the

@@ -574,7 +574,8 @@ class Ranking:
 
     ``values``: each label's headline on the shared units (perplexity, or accuracy as a
     fraction). ``p_holm[i][j]``: the Holm-adjusted p of the paired test of labels ``i`` and ``j``
-    (all pairs of the table form the family; NaN on the diagonal); ``separated[i][j]`` is
+    (all pairs of the table form the family; NaN on the diagonal), ``p_raw[i][j]`` the test's own
+    p before that adjustment; ``separated[i][j]`` is
     ``p_holm[i][j] < alpha``; ``delta[i][j]`` the paired difference j minus i (NLL nats per token
     or score). ``letters``: a compact letter display -- labels sharing a letter are not
     separated. ``units``: paired units behind each test (``n`` of kind ``unit``).
@@ -597,6 +598,7 @@ class Ranking:
     delta: tuple[tuple[float, ...], ...]
     n: int
     unit: str
+    p_raw: tuple[tuple[float, ...], ...] = ()
 
 
 def rank(
@@ -648,10 +650,12 @@ def rank(
             adjusted = dict(zip(pairs, holm([pr.p_value for pr in pairs.values()]), strict=True))
             where = {old: new for new, old in enumerate(order)}
             p = [[math.nan] * k for _ in range(k)]
+            raw = [[math.nan] * k for _ in range(k)]
             d = [[0.0] * k for _ in range(k)]
             for (i, j), pr in pairs.items():
                 a, b = where[i], where[j]
                 p[a][b] = p[b][a] = adjusted[(i, j)]
+                raw[a][b] = raw[b][a] = pr.p_value
                 d[a][b], d[b][a] = pr.delta, -pr.delta  # row a, column b: b minus a
             sep = [[(not math.isnan(x)) and x < alpha for x in row] for row in p]
             out.append(Ranking(
@@ -659,6 +663,6 @@ def rank(
                 metric="accuracy" if higher else "ppl", higher_is_better=higher, alpha=alpha,
                 labels=tuple(names[i] for i in order), values=tuple(value[names[i]] for i in order),
                 letters=tuple(compact_letters(sep)), separated=tuple(map(tuple, sep)), p_holm=tuple(map(tuple, p)),
-                delta=tuple(map(tuple, d)), n=some.n, unit=some.unit,
+                delta=tuple(map(tuple, d)), n=some.n, unit=some.unit, p_raw=tuple(map(tuple, raw)),
             ))  # fmt: skip
     return out

@@ -333,8 +333,10 @@ def fmt_value(p: Pivot, cell: PivotCell | None, intervals: bool = True) -> str:
 
 
 def fmt_paired(p: Pivot, cell: PivotCell) -> str:
-    """``(Δ +4.7% [3.7–6.2%], p=0.003)``: the paired difference against the baseline, as a
-    perplexity ratio for NLL and in points for fractions, with the Holm-adjusted p-value."""
+    """``(Δ +4.7% [+3.7, +6.2], p=0.001, Holm 0.003)``: the paired difference against the baseline,
+    as a perplexity ratio for NLL and in points for fractions, with the test's own p-value and
+    beside it the Holm-adjusted one (Holm 1979) over every comparison the report shows: the raw p
+    is the same in any report of this pair, the adjusted one depends on the family it is in."""
     if p.fraction:
         body = f"Δ {cell.delta * 100:+.0f} pts [{cell.delta_lo * 100:+.0f}, {cell.delta_hi * 100:+.0f}]"
     elif p.metric == "ppl":
@@ -342,7 +344,7 @@ def fmt_paired(p: Pivot, cell: PivotCell) -> str:
         body = f"Δ {ratio(cell.delta):+.1f}% [{ratio(cell.delta_lo):+.1f}, {ratio(cell.delta_hi):+.1f}]"
     else:
         body = f"Δ {cell.delta:+.3g} [{cell.delta_lo:+.3g}, {cell.delta_hi:+.3g}]"
-    return f"({body}, p={cell.p_holm:.2g})"
+    return f"({body}, p={cell.p_value:.2g}, Holm {cell.p_holm:.2g})"
 
 
 def add_paired(ps: list[Pivot], comparisons) -> None:

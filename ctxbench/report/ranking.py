@@ -1,6 +1,7 @@
 """How ``ctxbench rank`` shows a :class:`ctxbench.report.paired.Ranking`: methods best first with their
 headline, a compact letter display (methods sharing a letter are not separated) and the matrix
-of Holm-adjusted pairwise p-values, as a rich table, markdown or JSON."""
+of Holm-adjusted pairwise p-values, each with the test's own p beside it, as a rich table,
+markdown or JSON."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def _title(r) -> str:
     what = r.task + (f" {r.variant}" if r.variant and r.variant != "default" else "")
     factor = f"factor {r.factor}" if r.factor else "any factor"
     return (f"{what} at {len_label(r.length)} — {r.model}, {factor}: paired on {r.n} {r.unit}, "
-            f"Holm-adjusted, alpha {r.alpha:g}")  # fmt: skip
+            f"Holm-adjusted p (raw p), alpha {r.alpha:g}")  # fmt: skip
 
 
 def _value(r, i: int) -> str:
@@ -27,7 +28,10 @@ def _p(r, i: int, j: int) -> str:
         return "—"
     p = r.p_holm[i][j]
     mark = "≠" if r.separated[i][j] else "="
-    return f"{mark} {p:.2g}" if not math.isnan(p) else "?"
+    if math.isnan(p):
+        return "?"
+    raw = r.p_raw[i][j] if r.p_raw else math.nan
+    return f"{mark} {p:.2g}" + ("" if math.isnan(raw) else f" ({raw:.2g})")
 
 
 def _columns(r) -> list[str]:
@@ -42,7 +46,7 @@ def _rows(r) -> list[list[str]]:
 def ranking_table(r):
     from rich.table import Table
 
-    table = Table(title=_title(r), caption="group: methods sharing a letter are not separated; ≠ separated, = not (Holm-adjusted p)")
+    table = Table(title=_title(r), caption="group: methods sharing a letter are not separated; ≠ separated, = not: Holm-adjusted p (raw p)")
     for col in _columns(r):
         table.add_column(col, justify="left" if col in ("method", "group") else "right")
     for row in _rows(r):
@@ -68,6 +72,8 @@ def ranking_json(rankings) -> str:
     out = [dict(title=_title(r), model=r.model, task=r.task, variant=r.variant, factor=r.factor, length=r.length,
                 metric=r.metric, alpha=r.alpha, n=r.n, unit=r.unit, labels=list(r.labels), values=list(r.values),
                 letters=list(r.letters), separated=[list(x) for x in r.separated],
-                p_holm=[list(row) for row in r.p_holm], delta=[list(x) for x in r.delta])
+                p_holm=[list(row) for row in r.p_holm], p_value=[list(row) for row in r.p_raw],
+                delta=[list(x) for x in r.delta])
            for r in rankings]  # fmt: skip
-    return strict_json(out, {"p_holm": "a method is not tested against itself (the diagonal)"})
+    return strict_json(out, {"p_holm": "a method is not tested against itself (the diagonal)",
+                             "p_value": "a method is not tested against itself (the diagonal)"})

@@ -4,9 +4,9 @@ A task is one module (or package) that exposes ``TASK = Task(...)`` and is regis
 point in the group ``ctxbench.tasks`` (the built-in ones too, see ``pyproject.toml``). It owns:
 
 - its settings: a frozen dataclass whose first fields are ``methods``, ``factors`` and ``lengths``,
-  plus the task's own :class:`Option` list. One function, :func:`ctxbench.runner.settings.build_settings`,
+  plus the task's own `Option` list. One function, `ctxbench.runner.settings.build_settings`,
   builds and validates it from CLI options, a suite table and API keywords alike;
-- ``prepare(lm, settings) -> Context`` (a :class:`Context`: dataset name, data digest, notes, and
+- ``prepare(lm, settings) -> Context`` (a `Context`: dataset name, data digest, notes, and
   whatever the task keeps), ``cells(settings, ctx) -> [Cell]``, ``groups(cells, settings) ->
   [[Cell]]`` (cells computed together to share work) and ``run_group(lm, ctx, group, settings)``
   yielding ``(cell, [Measurement])`` as each cell finishes;
@@ -37,7 +37,7 @@ class Option:
     """One task option: a settings field, a ``--flag`` and a suite key at once.
 
     ``parse`` turns a raw value (a CLI string, or a TOML/Python value) into the field's value and
-    raises :class:`ctxbench.errors.UserError` for bad input; ``None`` means "not given" and keeps
+    raises `ctxbench.errors.UserError` for bad input; ``None`` means "not given" and keeps
     the dataclass default. ``flag`` overrides the CLI flag (default ``--name`` with ``-`` for ``_``);
     ``is_flag`` makes a boolean ``--name/--no-name`` switch.
 
@@ -110,7 +110,7 @@ class Cell:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One value of a cell; the runner turns it into a :class:`ctxbench.results.store.Row`."""
+    """One value of a cell; the runner turns it into a `ctxbench.results.store.Row`."""
 
     metric: str
     value: float | str
@@ -213,8 +213,8 @@ class Task:
     trials: Callable | None = None
     # settings -> cheaper settings (smaller chunks) to retry a group that ran out of memory cell by cell.
     shrink: Callable | None = None
-    # metric -> the values it can take (:class:`Domain`); every reader refuses a row outside them
-    # (:func:`check_records`). ``X_lo``/``X_hi`` rows take ``X``'s domain and must hold ``X``.
+    # metric -> the values it can take (`Domain`); every reader refuses a row outside them
+    # (`check_records`). ``X_lo``/``X_hi`` rows take ``X``'s domain and must hold ``X``.
     domains: dict = field(default_factory=dict)
 
     def settled(self, lm, settings):
@@ -243,7 +243,7 @@ class Task:
                 if o.identity and not (o.omit_default and getattr(settings, o.name) == defaults.get(o.name))}  # fmt: skip
 
     def default_identity(self) -> dict:
-        """:meth:`identity` of the settings' defaults (what a row without an ``options`` column used)."""
+        """`identity` of the settings' defaults (what a row without an ``options`` column used)."""
         defaults = self._defaults()
         return {o.name: _plain(defaults.get(o.name)) for o in self.options if o.identity and not o.omit_default}
 
@@ -299,7 +299,7 @@ class Domain:
     passkey trial is right or wrong. A value outside is no measurement (an edited or damaged
     file, another tool's), and a reader that took it would judge it -- a perplexity of 0.5
     ranks best, an accuracy of 1.7 shows as 170% -- so every reader refuses it, naming the cell
-    (:func:`check_records`). Only finite numbers are judged: NaN, inf and text are the readers'
+    (`check_records`). Only finite numbers are judged: NaN, inf and text are the readers'
     own case (``compare`` fails such a cell, tables show it as missing)."""
 
     lo: float = -math.inf
@@ -352,15 +352,15 @@ DOMAIN_FALLBACK = {
 }  # fmt: skip
 
 # The columns a value row and its interval rows (``ppl``, ``ppl_lo``, ``ppl_hi``) share: the cell's
-# identity (:data:`ctxbench.results.identity.IDENTITY`) and the place in it but the metric
+# identity (`ctxbench.results.identity.IDENTITY`) and the place in it but the metric
 # (``WITHIN``); a test holds them in step.
 PLACE = ("model_digest", "data_digest", "task", "method", "label", "method_params", "factor", "length", "stride", "depth",
          "variant", "seed", "dtype", "options", "backend", "trial", "doc", "pos_start")  # fmt: skip
 
 
 def domains_of(task_name: str, tasks: dict | None) -> dict:
-    """metric -> :class:`Domain` of a task: what it declares (a ``fraction`` headline is in [0, 1]
-    even when not declared), or :data:`DOMAIN_FALLBACK` for a task that is not installed."""
+    """metric -> `Domain` of a task: what it declares (a ``fraction`` headline is in [0, 1]
+    even when not declared), or `DOMAIN_FALLBACK` for a task that is not installed."""
     if tasks and task_name in tasks:
         t = tasks[task_name]
         return {t.metric: FRACTION, **t.domains} if t.fraction else dict(t.domains)
@@ -385,7 +385,7 @@ def _bound_of(metric: str) -> tuple[str, str]:
 def domain_reason(record: dict, tasks: dict | None, domains: dict | None = None) -> str:
     """Why a row holds a number outside its domain (``ppl 0.5 is outside [1, inf) (a perplexity,
     ...)``), or ``""``: its metric's value (an interval bound takes its metric's domain), its
-    ``tokens`` and ``seconds``, and the numbers of its ``extra`` in :data:`EXTRA_DOMAINS`.
+    ``tokens`` and ``seconds``, and the numbers of its ``extra`` in `EXTRA_DOMAINS`.
     ``domains``: the task's, when the caller has them at hand. Cheap (a few microseconds a row:
     readers call it on every row of a 100k-row file)."""
     domains = domains_of(record.get("task", ""), tasks) if domains is None else domains
@@ -431,8 +431,8 @@ DOMAIN_FIX = ("no run of ctxbench writes such a value: restore the row from the 
 
 
 def check_records(records: Iterable[dict], tasks: dict | None, where: str = "") -> None:
-    """Refuse rows that no run can produce, as :class:`ctxbench.errors.UserError` naming the
-    first such cell and the fix: a number outside its :class:`Domain` (:func:`domain_reason`), or
+    """Refuse rows that no run can produce, as `ctxbench.errors.UserError` naming the
+    first such cell and the fix: a number outside its `Domain` (`domain_reason`), or
     an aggregate outside its own interval (``ppl`` not within ``ppl_lo``..``ppl_hi``, ``lo > hi``).
     Every reader calls it where records become cells (the pivot, ``compare``, the paired tests
     behind ``rank`` and ``report --baseline``, the plots), so none judges such a value. Rows that

@@ -36,7 +36,25 @@ def test_report_with_a_baseline_shows_the_paired_difference_in_json_and_markdown
     cells = {row["method"]: row["cells"]["16384"] for row in json.loads(proc.stdout)[0]["rows"]}
     assert cells["none"]["delta"] == -0.6 and cells["none"]["paired_n"] == 10
     md = _ctxbench("report", str(NIAH), "--baseline", "yarn", "--len", "16k", "--format", "markdown").stdout
-    assert "| rerope | 100% [72%–100%] n=10 (Δ +40 pts [" in md and "p=0.5)" in md
+    assert "| rerope | 100% [72%–100%] n=10 (Δ +40 pts [" in md and "p=0.12, Holm 0.5)" in md
+
+
+def test_report_prints_the_raw_p_beside_the_holm_adjusted_one():
+    """The raw p is the pair's own, the same in any report; the adjusted one depends on the family."""
+    rows = json.loads(_ctxbench("report", str(NIAH), "--baseline", "yarn", "--len", "16k", "--format", "json").stdout)[0]["rows"]
+    rerope = next(r for r in rows if r["method"] == "rerope")["cells"]["16384"]
+    md = _ctxbench("report", str(NIAH), "--baseline", "yarn", "--len", "16k", "--format", "markdown").stdout
+    assert f"p={rerope['p_value']:.2g}, Holm {rerope['p_holm']:.2g})" in md
+    alone = _ctxbench("report", str(NIAH), "--baseline", "yarn", "--method", "yarn,rerope", "--len", "16k", "--format", "markdown").stdout
+    assert f"p={rerope['p_value']:.2g}, Holm {rerope['p_value']:.2g})" in alone  # a family of one: adjusted = raw
+
+
+def test_rank_prints_each_pairs_raw_p_beside_its_adjusted_one():
+    (r,) = json.loads(_ctxbench("rank", str(NIAH), "--len", "16k", "--format", "json").stdout)
+    i, j = r["labels"].index("rerope"), r["labels"].index("none")
+    assert r["p_value"][i][j] == 0.001953125 and r["p_holm"][i][j] > r["p_value"][i][j]  # 10 trials, all one-way discordant: 2/2^10
+    md = _ctxbench("rank", str(NIAH), "--len", "16k", "--format", "markdown").stdout
+    assert f"≠ {r['p_holm'][i][j]:.2g} ({r['p_value'][i][j]:.2g})" in md
 
 
 def test_rank_orders_the_methods_and_separates_only_what_the_paired_tests_separate():
