@@ -26,14 +26,18 @@ def parse_length(text: str, what: str = "length") -> int:
     m = _LENGTH.match(text)
     if not m:
         raise UserError(
-            f"bad {what} '{text}'",
+            f"bad {what} '{short(text, 40)}'",
             "write a positive whole number of tokens such as 4096, 4k or 16k (k = 1024)",
         )
-    value = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()]
+    digits = m.group(1).lstrip("0") or "0"
+    if len(digits) > 12:  # past 16m whatever the unit (and past int()'s 4300 digits)
+        raise UserError(f"{what} '{short(text, 40)}' is above the longest ctxbench takes, 16m ({MOST_LENGTH:,})",
+                        f"use a {what} of at most 16m" + (", e.g. 128k" if what == "length" else ""))  # fmt: skip
+    value = int(digits) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()]
     if value <= 0:
         raise UserError(f"bad {what} '{text}': it must be at least 1 token", "use e.g. 4k or 16k")
     if value > MOST_LENGTH:
-        raise UserError(f"{what} '{text}' is {value:,} tokens, above the longest ctxbench takes, 16m ({MOST_LENGTH:,})",
+        raise UserError(f"{what} '{short(text, 40)}' is {value:,} tokens, above the longest ctxbench takes, 16m ({MOST_LENGTH:,})",
                         f"use a {what} of at most 16m" + (", e.g. 128k" if what == "length" else ""))  # fmt: skip
     return value
 
@@ -73,22 +77,37 @@ def parse_lengths(text) -> list[int]:
 
 def parse_factor(text) -> float:
     """A scale factor: a finite number from 1 to :data:`MOST_FACTOR`."""
+    shown = short(str(text).strip(), 40)
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise UserError(f"bad factor '{text}': not a number", "use a number >= 1 such as 2 or 4") from None
+        raise UserError(f"bad factor '{shown}': not a number", "use a number >= 1 such as 2 or 4") from None
+    if value in (float("inf"), float("-inf")) and _decimal_is_finite(text):  # 400 digits: a number, too large for a float
+        value = float("inf") if not str(text).strip().startswith("-") else float("-inf")
+        if value > 0:
+            raise UserError(f"bad factor '{shown}': it must be <= {MOST_FACTOR:,} (2^24)", "use e.g. 2, 4 or 8")
     if value != value or value in (float("inf"), float("-inf")):
-        raise UserError(f"bad factor '{text}': it is not a finite number", "use a number >= 1 such as 2 or 4")
+        raise UserError(f"bad factor '{shown}': it is not a finite number", "use a number >= 1 such as 2 or 4")
     if not value >= 1.0:
         raise UserError(
-            f"bad factor '{text}': it must be >= 1",
+            f"bad factor '{shown}': it must be >= 1",
             "a factor s stretches the trained context L to s*L; use 1 for none, 2, 4, ...",
         )
     if value > MOST_FACTOR:
-        raise UserError(f"bad factor '{text}': it must be <= {MOST_FACTOR:,} (2^24)",
+        raise UserError(f"bad factor '{shown}': it must be <= {MOST_FACTOR:,} (2^24)",
                         "a factor s stretches the trained context L to s*L, and past that even L = 1 passes the longest "
                         "length ctxbench takes (16m); use e.g. 2, 4 or 8")  # fmt: skip
     return value
+
+
+def _decimal_is_finite(text) -> bool:
+    """Whether ``text`` is a finite decimal number however many digits (``float`` turns 400 nines into inf)."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        return Decimal(str(text).strip()).is_finite()
+    except (InvalidOperation, ValueError):
+        return False
 
 
 def parse_factors(text) -> list[float]:

@@ -276,11 +276,14 @@ def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
     """Read and validate a suite file; every problem is a :class:`UserError` naming file and key."""
 
     check_name_lengths(path, "suite file")  # a too-long name: one line, not a stat's traceback
-    path = builtin_suite(expand_path(path))  # ~ expanded, as every path ctxbench reads; a bare name may be a built-in
+    typed = os.fspath(path)
+    path = builtin_suite(typed)  # a bare name may be a built-in; a path (~ expanded) is a path
     try:  # a path is read as a file whatever it is: a pipe (/dev/stdin, <(...)) too, never blocking
         raw = read_bounded(path, SUITE_MOST, streams=True)
     except NotAFile as exc:
-        raise _unreadable(path, exc) from None
+        raise _unreadable(typed, exc) from None
+    if not raw.strip() and not path.is_file():  # /dev/null, a FIFO nobody wrote to, an empty pipe
+        raise _bad(path, f"{_kind_of_path(path)} with nothing written to it", "give a TOML suite file, or pipe one in (ctxbench sweep /dev/stdin < suite.toml)")
     try:
         data = tomllib.loads(decode_text(raw, f"suite file '{path}'", "give a TOML suite file"))
     except tomllib.TOMLDecodeError as exc:
@@ -333,10 +336,10 @@ def builtin_suite(name: str | Path) -> Path:
     reading it says what is wrong with it. Only a bare name that names nothing (``nightly``) is a
     built-in suite; an unknown one is an error naming the closest built-in."""
 
-    suites, text = builtin_suites(), str(name)
-    bare = "/" not in text and os.sep not in text and not Path(text).suffix and text not in (".", "..")
+    suites, text = builtin_suites(), os.fspath(name)  # the text as typed: Path("./nightly") would read "nightly"
+    bare = "/" not in text and os.sep not in text and not Path(text).suffix and text not in (".", "..", "~") and not text.startswith("~")
     if not bare or os.path.lexists(text):
-        return Path(text)
+        return expand_path(text)
     if text in suites:
         return suites[text]
     if not suites:
@@ -350,9 +353,19 @@ def builtin_suite(name: str | Path) -> Path:
 SUITE_MOST = 1 << 20
 
 
-def _unreadable(path: Path, exc: NotAFile) -> UserError:
-    """One line for a suite path that cannot be read: only what is not there is "not found"."""
-    text = short(str(path))
+def _kind_of_path(path: Path) -> str:
+    from ctxbench.parsing import kind_of
+
+    try:
+        return kind_of(os.stat(path).st_mode)
+    except OSError:
+        return "a stream"
+
+
+def _unreadable(typed: str, exc: NotAFile) -> UserError:
+    """One line for a suite path that cannot be read (as the user typed it): only what is not
+    there is "not found"."""
+    text = short(typed)
     if exc.missing:
         suites = builtin_suites()
         stem = Path(text.rstrip("/")).stem  # tasks/quick.toml outside a checkout: the built-in quick is there
