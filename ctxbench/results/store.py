@@ -25,6 +25,7 @@ import io
 import math
 import os
 import signal
+import stat
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -397,6 +398,14 @@ def check_writable(path: str | Path) -> None:
         raise UserError(f"output directory '{parent}' does not exist", f"create it first (mkdir -p {parent}) or choose another --out")
     if path.is_dir():
         raise UserError(f"--out '{path}' is a directory", "give a file path such as results.csv")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):  # a FIFO would hang the resume's read, /dev/zero fill memory
+        from ctxbench.parsing import kind_of
+
+        raise UserError(f"--out '{path}' is {kind_of(mode)}, not a results file", "give a file path such as results.csv")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UserError(f"cannot write '{path}': permission denied", "choose a writable --out path")
 

@@ -689,3 +689,18 @@ def test_reading_a_file_never_blocks_on_a_fifo_nobody_writes(tmp_path):
     with pytest.raises(NotAFile, match="FIFO"):
         read_bounded(tmp_path / "f", 100)
     assert time.perf_counter() - t0 < 2
+
+
+@pytest.mark.parametrize(("make", "words"), [(lambda w: os.mkfifo(w / "o.csv"), "a FIFO"), (lambda w: (w / "o.csv").symlink_to("/dev/null"),
+                                             "a character device"), (lambda w: (w / "o.csv").symlink_to("/dev/zero"), "a character device")],
+                         ids=["FIFO", "/dev/null", "/dev/zero"])  # fmt: skip
+def test_an_out_that_is_not_a_regular_file_is_refused_by_the_dry_run_and_the_run(work, model_work, monkeypatch, capsys, make, words):
+    make(work)
+    base = ["passkey", "--model", str(model_work), "--len", "64", "--trials", "1", "--out", "o.csv"]
+    lines = []
+    for extra in (["--dry-run"], []):
+        t0 = time.perf_counter()
+        code, _, err = cli_main([*base, *extra], monkeypatch, capsys)
+        assert time.perf_counter() - t0 < 30
+        lines.append(one_error_line(code, err, [words, "not a results file"]))
+    assert lines[0] == lines[1]
