@@ -340,11 +340,12 @@ def suites(name: str | None = typer.Argument(None, help="a built-in suite to pri
     console.print(table)
 
 
-def _parity(base: str, new: str, fmt: str) -> None:
-    """``compare --across-backends``: the parity table (ctxbench.report.parity); exit 1 if a cell differs."""
+def _parity(base: str, new: str, fmt: str, rtol: float | None, strict: bool) -> None:
+    """``compare --across-backends``: the parity table (ctxbench.report.parity); exit 1 if a cell
+    differs or failed, or nothing was paired (saying why)."""
     from ctxbench.report import parity
 
-    pairs, notes = parity.parity(base, new)
+    pairs, notes = parity.parity(base, new, rtol=rtol, strict=strict)
     if fmt == "markdown":
         sys.stdout.write(parity.to_markdown(pairs, notes))
     else:
@@ -353,15 +354,20 @@ def _parity(base: str, new: str, fmt: str) -> None:
         table = Table(title=f"{base} -> {new}: parity across backends")
         for col in ("task", "method", "factor", "length", "depth", "metric", "base", "new", "verdict", "detail"):
             table.add_column(col)
-        colour = {"same": "green", "differs": "red", "unpaired": "dim"}
+        colour = {"same": "green", "differs": "red", "failed": "red", "unpaired": "dim"}
         for p in pairs:
             table.add_row(p.task, p.label, p.factor or "-", p.length, p.depth or "-", p.metric, parity._num(p.a, p.metric), parity._num(p.b, p.metric),
                           f"[{colour[p.verdict]}]{p.verdict}[/]", p.detail)  # fmt: skip
         console.print(table)
         for note in notes:
             console.print(f"[yellow]note: {note}[/]")
-        console.print(parity.summary(pairs), highlight=False)
-    if parity.differs(pairs):
+        console.print(parity.summary(pairs) + (" (--strict: unpaired cells fail)" if strict and len(parity.judged(pairs)) < len(pairs) else ""),
+                      highlight=False)  # fmt: skip
+    for line in parity.unpaired_lines(pairs):
+        print(line, file=sys.stderr)
+    if not parity.judged(pairs):
+        print(f"FAIL: nothing paired: {parity.nothing_paired(base, new)}", file=sys.stderr)
+    if parity.differs(pairs, strict):
         raise typer.Exit(1)
 
 
@@ -384,7 +390,7 @@ def _plan_table(jobs, model: str, suite: str, target: str, device: str, dtype: s
 def compare(
     base: str = typer.Argument(..., help="baseline results CSV"),
     new: str = typer.Argument(..., help="new results CSV"),
-    rtol: float = typer.Option(0.02, "--rtol", help="tolerance: relative for ppl, absolute for accuracy"),
+    rtol: float | None = typer.Option(None, "--rtol", help="tolerance: relative for ppl, absolute for accuracy (default 0.02; with --across-backends: one tolerance for ppl and answer NLL instead of 1% and 5%)"),
     threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85% of the shortest length's score)"),
     fmt: str = typer.Option("table", "--format", help="table | markdown"),
     strict: bool = typer.Option(False, "--strict", help="also fail on any change of a rerun (same weights and data) beyond float tolerance"),
@@ -397,11 +403,15 @@ def compare(
     from ctxbench.report.compare import failed, pct, to_markdown
     from ctxbench.report.compare import fmt as show
 
+    from ctxbench.report.compare import RTOL, check_mode
+
     if fmt not in ("table", "markdown"):
         raise UserError(f"unknown --format '{fmt}'", "use table or markdown")
+    check_mode(across_backends, rtol, threshold, strict, across_dtypes)  # every option applies in the mode, or is refused
     if across_backends:
-        _parity(base, new, fmt)
+        _parity(base, new, fmt, rtol, strict)
         return
+    rtol = RTOL if rtol is None else rtol
     changes, notes = run_compare(base, new, rtol, threshold, across_dtypes)
     if fmt == "markdown":
         sys.stdout.write(to_markdown(changes, notes, rtol, strict))

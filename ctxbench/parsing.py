@@ -26,14 +26,18 @@ def parse_length(text: str, what: str = "length") -> int:
     m = _LENGTH.match(text)
     if not m:
         raise UserError(
-            f"bad {what} '{text}'",
+            f"bad {what} '{short(text, 40)}'",
             "write a positive whole number of tokens such as 4096, 4k or 16k (k = 1024)",
         )
-    value = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()]
+    digits = m.group(1).lstrip("0") or "0"
+    if len(digits) > 12:  # past 16m whatever the unit (and past int()'s 4300 digits)
+        raise UserError(f"{what} '{short(text, 40)}' is above the longest ctxbench takes, 16m ({MOST_LENGTH:,})",
+                        f"use a {what} of at most 16m" + (", e.g. 128k" if what == "length" else ""))  # fmt: skip
+    value = int(digits) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()]
     if value <= 0:
         raise UserError(f"bad {what} '{text}': it must be at least 1 token", "use e.g. 4k or 16k")
     if value > MOST_LENGTH:
-        raise UserError(f"{what} '{text}' is {value:,} tokens, above the longest ctxbench takes, 16m ({MOST_LENGTH:,})",
+        raise UserError(f"{what} '{short(text, 40)}' is {value:,} tokens, above the longest ctxbench takes, 16m ({MOST_LENGTH:,})",
                         f"use a {what} of at most 16m" + (", e.g. 128k" if what == "length" else ""))  # fmt: skip
     return value
 
@@ -73,22 +77,37 @@ def parse_lengths(text) -> list[int]:
 
 def parse_factor(text) -> float:
     """A scale factor: a finite number from 1 to :data:`MOST_FACTOR`."""
+    shown = short(str(text).strip(), 40)
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise UserError(f"bad factor '{text}': not a number", "use a number >= 1 such as 2 or 4") from None
+        raise UserError(f"bad factor '{shown}': not a number", "use a number >= 1 such as 2 or 4") from None
+    if value in (float("inf"), float("-inf")) and _decimal_is_finite(text):  # 400 digits: a number, too large for a float
+        value = float("inf") if not str(text).strip().startswith("-") else float("-inf")
+        if value > 0:
+            raise UserError(f"bad factor '{shown}': it must be <= {MOST_FACTOR:,} (2^24)", "use e.g. 2, 4 or 8")
     if value != value or value in (float("inf"), float("-inf")):
-        raise UserError(f"bad factor '{text}': it is not a finite number", "use a number >= 1 such as 2 or 4")
+        raise UserError(f"bad factor '{shown}': it is not a finite number", "use a number >= 1 such as 2 or 4")
     if not value >= 1.0:
         raise UserError(
-            f"bad factor '{text}': it must be >= 1",
+            f"bad factor '{shown}': it must be >= 1",
             "a factor s stretches the trained context L to s*L; use 1 for none, 2, 4, ...",
         )
     if value > MOST_FACTOR:
-        raise UserError(f"bad factor '{text}': it must be <= {MOST_FACTOR:,} (2^24)",
+        raise UserError(f"bad factor '{shown}': it must be <= {MOST_FACTOR:,} (2^24)",
                         "a factor s stretches the trained context L to s*L, and past that even L = 1 passes the longest "
                         "length ctxbench takes (16m); use e.g. 2, 4 or 8")  # fmt: skip
     return value
+
+
+def _decimal_is_finite(text) -> bool:
+    """Whether ``text`` is a finite decimal number however many digits (``float`` turns 400 nines into inf)."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        return Decimal(str(text).strip()).is_finite()
+    except (InvalidOperation, ValueError):
+        return False
 
 
 def parse_factors(text) -> list[float]:
@@ -255,3 +274,119 @@ def refuse_wide(raw: bytes, what: str) -> None:
     wide = wide_encoding(raw)
     if wide:
         raise UserError(f"{what} is {wide} text, not UTF-8", f"save it as UTF-8, e.g. iconv -f {wide} -t UTF-8 FILE > NEW")
+
+
+# ---- reading a file that may not be one ---------------------------------------------------------
+
+# How long a stream (a pipe, ``/dev/stdin``, ``<(...)``) may stay silent before the read gives up:
+# a writer that has said nothing for this long is not coming (a FIFO opened by name that nobody
+# writes reads as empty at once: no writer, no data).
+STREAM_STALL_S = 30.0
+
+
+class NotAFile(OSError):
+    """Why a path cannot be read as a file: its message is the reason (``a FIFO (named pipe)``,
+    ``a folder``, ``8,589,934,592 bytes, above the ceiling of 16,777,216``, ``a symlink loop``,
+    ``not found``, ``a link out of /cache``). ``missing``: nothing is there at all."""
+
+    def __init__(self, reason: str, missing: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.missing = missing
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``st_mode`` is, for people: ``a folder``, ``a FIFO (named pipe)``, ..."""
+    import stat
+
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):  # fmt: skip
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def short(text: object, most: int = 60) -> str:
+    """``text`` as a message shows it: at most ``most`` characters, the middle elided (a 5000-digit
+    number is ``12345678901234567890…(5000 characters)…67890``), so one line stays one line."""
+    text = str(text)
+    if len(text) <= most:
+        return text
+    keep = max(8, (most - 24) // 2)
+    return f"{text[:keep]}…({len(text)} characters)…{text[-keep:]}"
+
+
+def _open_checked(path, most: int, streams: bool, within) -> tuple[int, os.stat_result, bool]:
+    """(fd, fstat, whether regular) of ``path`` opened without blocking, after the checks of
+    :func:`read_bounded`; the caller closes ``fd``."""
+    import errno
+    import stat
+
+    path = os.fspath(path)
+    if within is not None:
+        real, root = os.path.realpath(path), os.path.realpath(within)
+        if os.path.commonpath([real, root]) != root:
+            raise NotAFile(f"a link to {short(real)}, outside {short(root)}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotAFile("a symlink loop") from None
+        if exc.errno == errno.ENOENT:
+            raise NotAFile("a dangling symlink" if os.path.islink(path) else "not found", missing=not os.path.islink(path)) from None
+        if exc.errno == errno.EISDIR:
+            raise NotAFile("a folder") from None
+        raise NotAFile(f"unreadable: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        regular = stat.S_ISREG(st.st_mode)
+        if not regular and not (streams and (stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode))):
+            raise NotAFile(kind_of(st.st_mode))
+        if regular and st.st_size > most:
+            raise NotAFile(f"{st.st_size:,} bytes, above the ceiling of {most:,}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st, regular
+
+
+def regular_size(path: str | os.PathLike, most: int, within: str | os.PathLike | None = None) -> int:
+    """The size of ``path`` when it is a regular file of at most ``most`` bytes (inside ``within``),
+    else :class:`NotAFile`: for a file another library opens itself (a safetensors cache)."""
+    fd, st, _ = _open_checked(path, most, False, within)
+    os.close(fd)
+    return st.st_size
+
+
+def read_bounded(path: str | os.PathLike, most: int, streams: bool = False, within: str | os.PathLike | None = None) -> bytes:
+    """The bytes of ``path``, never blocking and never more than ``most``, or :class:`NotAFile`
+    saying why not. A regular file is checked by ``fstat`` before a byte is read (an 8 GB sparse
+    file is refused by its size, not read into memory). With ``streams``, a pipe or character
+    device (``/dev/stdin``, ``<(...)``, ``/dev/null``) is read to its end too, up to ``most``, and a
+    writer silent for :data:`STREAM_STALL_S` ends the read; otherwise it is refused by kind. With
+    ``within`` (a cache folder), a path whose real place is outside that folder is refused (a link
+    out of the cache is never followed). Opened ``O_NONBLOCK``: opening a FIFO nobody writes does
+    not wait for a writer."""
+    import select
+
+    fd, st, _ = _open_checked(path, most, streams, within)
+    try:
+        chunks, size = [], 0
+        while size <= most:
+            try:
+                chunk = os.read(fd, min(1 << 20, most + 1 - size))
+            except BlockingIOError:  # a pipe whose writer has not written yet
+                if not select.select([fd], [], [], STREAM_STALL_S)[0]:
+                    raise NotAFile(f"{kind_of(st.st_mode)} that stayed silent for {STREAM_STALL_S:.0f} s") from None
+                continue
+            except OSError as exc:
+                raise NotAFile(f"unreadable: {exc.strerror or exc}") from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > most:
+            raise NotAFile(f"{kind_of(st.st_mode)} of more than {most:,} bytes, the ceiling")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

@@ -149,6 +149,7 @@ class VllmModel:
     model: object = None  # no torch module: nothing patches it
     starts: list = field(default_factory=list)  # (key, seconds) of every engine start
     sampling: object = None  # what makes sampling parameters: vllm.SamplingParams (None), a stand-in without vLLM
+    make_engine: object = None  # what starts an engine: vllm.LLM (None), a stand-in in tests
     _engine: tuple | None = None  # (key, max_model_len, LLM)
 
     def engine_key(self, method, factor, length: int) -> tuple:
@@ -229,7 +230,10 @@ def start_engine(lm: VllmModel, method, factor: float, max_len: int, overrides: 
         os.environ.setdefault(key, value)
     if lm.device == "cpu":
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "all")  # every core: vLLM's auto keeps one back
-    from vllm import LLM
+    if lm.make_engine is None:
+        from vllm import LLM
+    else:
+        LLM = lm.make_engine  # noqa: N806  (a stand-in for vllm.LLM)
 
     settings = engine_settings(method, lm.geometry, factor, max_len)
     if overrides is not None:
@@ -237,8 +241,14 @@ def start_engine(lm: VllmModel, method, factor: float, max_len: int, overrides: 
     kw: dict = {}
     if lm.device == "cpu":
         kw["kv_cache_memory_bytes"] = int(float(os.environ.get("CTXBENCH_VLLM_KV_GIB", CPU_KV_GIB)) * (1 << 30))
-    llm = LLM(model=lm.checkpoint, tokenizer=lm.checkpoint, dtype=lm.dtype, seed=0, enforce_eager=True,
-              tensor_parallel_size=lm.tensor_parallel, enable_prefix_caching=True, **settings, **kw)  # fmt: skip
+    try:
+        llm = LLM(model=lm.checkpoint, tokenizer=lm.checkpoint, dtype=lm.dtype, seed=0, enforce_eager=True,
+                  tensor_parallel_size=lm.tensor_parallel, enable_prefix_caching=True, **settings, **kw)  # fmt: skip
+    except Exception as exc:  # the backend boundary: an engine's own failure becomes one ctxbench line where we know it
+        said = engine_failure(exc, lm, method, max_len)
+        if said is None:
+            raise
+        raise said from None
     try:
         check_engine(llm, method, lm.geometry, factor, max_len)
     except Exception:
@@ -246,6 +256,43 @@ def start_engine(lm: VllmModel, method, factor: float, max_len: int, overrides: 
             llm.llm_engine.engine_core.shutdown()
         raise
     return llm
+
+
+def _first_line(exc: BaseException) -> str:
+    """The line of an engine's error that says what failed (vLLM prefixes ``[rank0]:`` and wraps
+    the cause in tracebacks), shortened for one line."""
+    from ctxbench.parsing import short
+
+    lines = [line.split("]:", 1)[-1].strip() if line.lstrip().startswith("[rank") else line.strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("Traceback", "File ", "^"))]
+    return short(lines[-1] if lines else type(exc).__name__, 160)
+
+
+def engine_failure(exc: BaseException, lm, method, max_len: int):
+    """:class:`UserError` saying an engine's failure as its cause and fix, or None for a failure
+    this does not know (kept as it is: a bug to see). Known: the KV cache cannot be reserved (the
+    memory it may take: ``CTXBENCH_VLLM_KV_GIB`` on a CPU, the GPU's free memory), out of memory,
+    tensor parallel against the model's heads, a dtype the device does not run."""
+    text = " ".join(str(exc).split()).lower()
+    cause = _first_line(exc)
+    where = f"vLLM could not start an engine for {method.label} at {max_len:,} tokens"
+    if "kv cache" in text or "cache blocks" in text or "kv_cache" in text:
+        if lm.device == "cpu":
+            gib = os.environ.get("CTXBENCH_VLLM_KV_GIB", str(CPU_KV_GIB))
+            fix = (f"give the KV cache more memory: CTXBENCH_VLLM_KV_GIB={gib} GiB now; set it higher (e.g. "
+                   f"CTXBENCH_VLLM_KV_GIB=8) within this machine's free memory, or run shorter lengths")
+        else:
+            fix = "free GPU memory (another process holds it), run shorter lengths, or add GPUs with --tensor-parallel"
+        return UserError(f"{where}: its KV cache does not fit in the memory it may take ({cause})", fix)
+    if "out of memory" in text or "outofmemory" in text:
+        return UserError(f"{where}: out of memory ({cause})",
+                         "run shorter lengths, free memory, or set CTXBENCH_VLLM_KV_GIB lower on a CPU (the KV cache takes that much)")  # fmt: skip
+    if "tensor parallel" in text and ("divisible" in text or "heads" in text):
+        return UserError(f"{where}: --tensor-parallel {lm.tensor_parallel} does not divide the model's attention heads ({cause})",
+                         "use a --tensor-parallel that divides the model's number of heads (1 always does)")  # fmt: skip
+    if "dtype" in text or "bfloat16" in text or "float16" in text:
+        return UserError(f"{where}: the device does not run {lm.dtype} ({cause})", "use --dtype float32, or run it with --backend hf")
+    return None
 
 
 def _tables(model) -> dict:

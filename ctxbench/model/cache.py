@@ -134,14 +134,23 @@ def _canonical(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _read_json(path: Path) -> object:
-    """The JSON in ``path``, or :class:`BadEntry` saying why there is none to read."""
-    if path.is_dir():
-        raise BadEntry("a directory where a file should be")
+# The most bytes a JSON cache file or manifest holds: thousands of entries of a few hundred bytes
+# each. Anything larger (an 8 GB sparse file, /dev/zero behind a link) is no cache of ours.
+JSON_MOST = 64 << 20
+
+
+def _read_json(path: Path, within: Path | None = None) -> object:
+    """The JSON in ``path``, or :class:`BadEntry` saying why there is none to read: only a regular
+    file of at most :data:`JSON_MOST` bytes whose real place is inside ``within`` (the cache
+    folder) is opened, without blocking (a FIFO never hangs a plan) and without reading a byte
+    more than the ceiling (a sparse file or ``/dev/zero`` never fills memory)."""
+    from ctxbench.parsing import NotAFile, read_bounded
+
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise BadEntry(f"unreadable: {exc.strerror or exc}") from None
+        raw = read_bounded(path, JSON_MOST, within=within)
+    except NotAFile as exc:
+        raise BadEntry(f"{exc.reason} where a file should be" if exc.reason in ("a folder", "a FIFO (named pipe)") else
+                       f"{exc.reason}, not a cache file") from None  # fmt: skip
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -168,10 +177,11 @@ class JsonCache:
             raise BadEntry("not a {value, sha256} entry")
         value = entry["value"]
         try:
-            if entry["sha256"] != digest(_canonical(value)):
-                raise BadEntry("its digest does not match its content")
+            canonical = _canonical(value)
         except ValueError:  # NaN or infinity in the value: JSON that ctxbench never writes
             raise BadEntry("holds NaN or infinity") from None
+        if entry["sha256"] != digest(canonical):
+            raise BadEntry("digest mismatch: its sha256 is not that of its value (edited or damaged)")
         self._check(value)
         return value
 
@@ -192,7 +202,7 @@ class JsonCache:
         if not path.exists() and not path.is_symlink():
             return {}
         try:
-            data = _read_json(path)
+            data = _read_json(path, within=cache_root())
             self.schema.check(data)
             table = data.get("entries")
             if not isinstance(table, Mapping):
@@ -294,7 +304,7 @@ def verify_dir(path: Path, schema: Schema, required: Callable[[Mapping[str, obje
     manifest = path / MANIFEST
     if not manifest.exists() and not manifest.is_symlink():
         raise BadEntry(f"no {MANIFEST} beside its files: written by an older ctxbench, or interrupted")
-    found = _read_json(manifest)
+    found = _read_json(manifest, within=path)
     schema.check(found)
     files = found.get("files")
     if not isinstance(files, Mapping) or not files:

@@ -21,6 +21,7 @@ keeping every other type's as shipped.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ctxbench.errors import UserError
@@ -30,6 +31,11 @@ POSITIONS = ("rope", "alibi", "absolute")
 _OTHER_ROTARY_KEYS = ("rotary_dim", "rotary_emb_dim", "rotary", "rope_ratio")
 # Per-layer-type RoPE: the layer type a method applies to (the others keep their shipped rotary).
 LONG_LAYER_TYPE = "full_attention"
+
+
+# The largest rotary head ctxbench computes: released models use 64 to 256 (an MLA head 576 in
+# all); 2e9 filled 7.45 GiB in ``freqs`` before anything was said.
+MOST_HEAD_DIM = 8192
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,11 @@ class RopeGeometry:
                 f"rotary dim {self.rotary_dim} is not an even number > 2",
                 "check --head-dim (and the model's partial_rotary_factor)",
             )
+        if self.rotary_dim > MOST_HEAD_DIM:
+            raise UserError(f"rotary dim {self.rotary_dim} is above the largest head ctxbench takes, {MOST_HEAD_DIM:,}",
+                            "check --head-dim (the models released use 64 to 256), e.g. --head-dim 128")  # fmt: skip
+        if not math.isfinite(self.base):
+            raise UserError(f"rope base {self.base} is not a finite number", "pass the model's rope_theta, e.g. --base 10000")
         if self.base <= 1:
             raise UserError(f"rope base {self.base} must be > 1", "pass the model's rope_theta, e.g. --base 10000")
         if self.trained_len < 1:

@@ -43,10 +43,9 @@ from ctxbench.parsing import len_label
 from ctxbench.report.effective import check_threshold
 from ctxbench.report.formats import pivots
 from ctxbench.report.pivot import Headline, headline_of
-from ctxbench.results.identity import SETTING, VIEW, drop_partial, table_view_key
-from ctxbench.results.store import read_records
+from ctxbench.results.identity import SETTING, VIEW, table_view_key
+from ctxbench.results.store import load_results
 from ctxbench.tasks import registry
-from ctxbench.tasks.base import check_records
 from ctxbench.tasks.proxy import HIGHER_IS_BETTER
 
 # Relative change below which two floats are the same number (a rerun prints exactly the same
@@ -110,20 +109,46 @@ def _cells(records: list[dict], tasks, across_dtypes: bool = False) -> tuple[dic
             {k: list(v.values()) for k, v in trials.items()})  # fmt: skip
 
 
-def compare(base_path: str, new_path: str, rtol: float = 0.02, threshold: float | None = None,
+RTOL = 0.02  # the default tolerance of a rerun: relative for values, absolute points for fractions
+
+
+def check_rtol(rtol: float) -> None:
+    """``--rtol``: a finite number >= 0, in every mode of the gate (one parser for the option)."""
+    if not rtol >= 0 or math.isinf(rtol):
+        raise UserError(f"--rtol {rtol} must be a finite number >= 0", "e.g. --rtol 0.02 (2%)")
+
+
+def check_mode(across_backends: bool, rtol: float | None, threshold: float | None, strict: bool, across_dtypes: bool) -> None:
+    """Every option of the gate either applies in the chosen mode or is refused here, before
+    either file is read: ``--across-backends`` takes ``--rtol`` (one tolerance for ppl and the
+    answer NLL instead of the bf16 defaults) and ``--strict`` (any discordant trial and any
+    unpaired cell fail); ``--threshold`` (effective length, which parity does not judge) and
+    ``--across-dtypes`` (parity always pairs an engine's dtype with the reference's) are refused."""
+    if rtol is not None:
+        check_rtol(rtol)
+    check_threshold(threshold)
+    if not across_backends:
+        return
+    if threshold is not None:
+        raise UserError("--threshold does not apply with --across-backends: parity judges each cell, not effective lengths",
+                        "drop --threshold, or compare without --across-backends")  # fmt: skip
+    if across_dtypes:
+        raise UserError("--across-dtypes does not apply with --across-backends: parity already pairs a cell's dtype on one "
+                        "backend with its dtype on the other", "drop --across-dtypes")  # fmt: skip
+
+
+def compare(base_path: str, new_path: str, rtol: float = RTOL, threshold: float | None = None,
             across_dtypes: bool = False) -> tuple[list[Change], list[str]]:  # fmt: skip
     """Per-cell changes and notes; raises UserError for unreadable or foreign files. With
     ``across_dtypes``, cells that differ only in dtype are compared (never as reruns)."""
 
-    if not rtol >= 0 or math.isinf(rtol):
-        raise UserError(f"--rtol {rtol} must be a number >= 0", "e.g. --rtol 0.02 (2%)")
+    check_rtol(rtol)
     check_threshold(threshold)
     tasks = registry()
     notes = []
     loaded = []
     for path in (base_path, new_path):
-        records, partial = drop_partial(read_records(path), tasks)
-        check_records(records, tasks, where=f"'{path}': ")  # a value no run can produce: named, exit 2
+        records, partial = load_results(path, tasks)  # the one validated reader: kind, size, encoding, domains, conflicts
         if partial:
             notes.append(f"{path}: {len(partial)} partial cell(s) not compared ({'; '.join(partial[:3])}): rows are missing (a hand edit?)")
         loaded.append(records)

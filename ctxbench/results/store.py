@@ -25,6 +25,7 @@ import io
 import math
 import os
 import signal
+import stat
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -138,19 +139,72 @@ def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, st
     Raises :class:`UserError` for a missing file, a CSV from another tool, or a truncated or
     damaged one (naming the line).
     """
+    from ctxbench.parsing import NotAFile, read_bounded, short
+
     check_name_lengths(path, "results file")
     path = expand_path(path)
-    if not path.exists():
-        if must_exist:
-            raise UserError(f"results file '{path}' not found", "check the path, or run ctxbench to create it")
-        return []
-    if path.is_dir():
-        raise UserError(f"'{path}' is a directory, not a results CSV", "give the path of a .csv file")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read results file '{path}': {exc.strerror}", "check the path and its permissions") from None
-    return _parse(path, data)[1]
+    try:  # only a regular file under the ceiling, opened without blocking: never a FIFO's hang or /dev/zero's MemoryError
+        data = read_bounded(path, RESULTS_MOST)
+    except NotAFile as exc:
+        if exc.missing and not must_exist:
+            return []
+        if exc.missing:
+            raise UserError(f"results file '{short(path)}' not found", "check the path, or run ctxbench to create it") from None
+        if exc.reason == "a folder":
+            raise UserError(f"'{short(path)}' is a directory, not a results CSV", "give the path of a .csv file") from None
+        raise UserError(f"results file '{short(path)}' is {exc.reason}, not a results CSV",
+                        "give the path of a results CSV written by ctxbench (a regular file)") from None  # fmt: skip
+    return one_row_each(path, _parse(path, data)[1])
+
+
+# The largest results file a reader takes: a million rows of about 500 bytes. Past that it is no
+# results file (an 8 GB sparse file, /dev/zero behind a link), refused before a byte is read.
+RESULTS_MOST = 1 << 30
+# Metrics whose value a rerun measures anew (a timing, a memory peak): the same row twice with
+# other values is a rerun appended, the later standing; any other metric's is a conflict.
+VOLATILE_METRICS = frozenset({"tokens_per_s", "peak_mem_mb"})
+
+
+def one_row_each(path: str | Path, records: list[dict[str, str]]) -> list[dict[str, str]]:
+    """``records`` with each value once: a row given twice with the same value (a file appended
+    to itself, a rerun that measured the same) is kept once; given twice with another value or
+    status, it is a conflict no reader may settle by picking one (:class:`UserError` naming the
+    cell, both values and the fix). A timing metric's later row stands (:data:`VOLATILE_METRICS`)."""
+    from ctxbench.parsing import short
+    from ctxbench.tasks.base import cell_text
+
+    at: dict[tuple, int] = {}
+    drop: set[int] = set()
+    for i, r in enumerate(records):
+        key = row_key(r)
+        j = at.get(key)
+        at[key] = i
+        if j is None:
+            continue
+        first = records[j]
+        if (first.get("value"), first.get("status")) != (r.get("value"), r.get("status")) and r.get("metric") not in VOLATILE_METRICS:
+            shown = lambda x: f"{x.get('metric')} {short(x.get('value', ''), 24) or 'blank'}" + (f" ({x.get('status')})" if x.get("status") != "ok" else "")  # noqa: E731
+            raise UserError(f"'{short(path)}': {cell_text(r)} is given twice with different values (data rows {j + 1} and {i + 1}: "
+                            f"{shown(first)}, then {shown(r)}): a conflict, not a rerun",
+                            "keep the rows of one run (delete the other's), or delete every row of that cell and run it again")  # fmt: skip
+        drop.add(j)
+    return [r for i, r in enumerate(records) if i not in drop] if drop else records
+
+
+def load_results(path: str | Path, tasks: dict | None = None) -> tuple[list[dict[str, str]], list[str]]:
+    """The one validated reader of a results file for a gate: :func:`read_records` (a regular file
+    under :data:`RESULTS_MOST`, UTF-8, a ctxbench header, typed key columns, each value once or a
+    named conflict), its partial cells left out (:func:`ctxbench.results.identity.drop_partial`;
+    their descriptions returned), and every value in its metric's domain
+    (:func:`ctxbench.tasks.base.check_records`, naming the file and the cell: exit 2). ``compare``
+    in every mode reads through it."""
+    from ctxbench.results.identity import drop_partial
+    from ctxbench.tasks.base import check_records
+
+    tasks = registry() if tasks is None else tasks
+    records, partial = drop_partial(read_records(path), tasks)
+    check_records(records, tasks, where=f"'{path}': ")  # a value no run can produce: named, exit 2
+    return records, partial
 
 
 def _parse(path: Path, data: bytes) -> tuple[list[str], list[dict[str, str]]]:
@@ -344,6 +398,14 @@ def check_writable(path: str | Path) -> None:
         raise UserError(f"output directory '{parent}' does not exist", f"create it first (mkdir -p {parent}) or choose another --out")
     if path.is_dir():
         raise UserError(f"--out '{path}' is a directory", "give a file path such as results.csv")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):  # a FIFO would hang the resume's read, /dev/zero fill memory
+        from ctxbench.parsing import kind_of
+
+        raise UserError(f"--out '{path}' is {kind_of(mode)}, not a results file", "give a file path such as results.csv")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UserError(f"cannot write '{path}': permission denied", "choose a writable --out path")
 

@@ -112,13 +112,23 @@ def fit(points) -> tuple[float, float, bool]:
 DEFAULT_CPU = Throughput(linear=1.65e11, attention=1.14e11, decode_linear=6.65e9, decode_attention=1.27e10)
 
 
+# The rates a real machine can reach, in FLOP/s: above 1e4 (a tiny test model's decoding step, all
+# overhead, still does 1e6 and more) and below a whole rack of accelerators (1e18; one H100 does
+# about 1e15 in bf16). A sealed 1e-300 passed
+# "finite and > 0" and planned "about inf min"; 1e300 planned every grid as free.
+RATE_FLOOR, RATE_CEILING = 1e4, 1e18
+
+
 def _is_rate(value: object) -> None:
-    """A throughput a plan can divide by: exactly :data:`RATE_FIELDS`, each a finite FLOP/s > 0 (a
-    zero divided every plan by zero, a NaN made its time NaN)."""
+    """A throughput a plan can divide by: exactly :data:`RATE_FIELDS`, each a finite FLOP/s a real
+    machine could have (between :data:`RATE_FLOOR` and :data:`RATE_CEILING`; a zero divided every
+    plan by zero, a NaN made its time NaN, a 1e-300 made it infinite)."""
     if not isinstance(value, dict) or set(value) != set(RATE_FIELDS):
         raise BadEntry(f"{type(value).__name__} {str(value)[:60]}, not {{{', '.join(RATE_FIELDS)}}}")
     for name in RATE_FIELDS:
-        positive_number(value[name], f"{name} rate")
+        rate = positive_number(value[name], f"{name} rate")
+        if not RATE_FLOOR <= rate <= RATE_CEILING:
+            raise BadEntry(f"{name} rate {rate:.3g} FLOP/s is implausible: no machine runs outside {RATE_FLOOR:.0e}..{RATE_CEILING:.0e}")
 
 
 # Keyed by device, dtype and model. Bump the version when the calibration changes: older rates are

@@ -30,7 +30,17 @@ from ctxbench.runner.adaptive import run_adaptive
 from ctxbench.runner.costmodel import measured_rate
 from ctxbench.runner.plan import Todo, plan_table, print_plan
 from ctxbench.runner.progress import TokenProgress
-from ctxbench.runner.settings import check_attn, check_backend, check_loaded, check_methods_on_model
+from ctxbench.runner.settings import (
+    check_attn,
+    check_backend,
+    check_device,
+    check_dtype,
+    check_grid_size,
+    check_loaded,
+    check_methods_on_model,
+    check_seed,
+    check_tensor_parallel,
+)
 from ctxbench.tasks.base import Cell, Measurement, Task
 from ctxbench.version import __version__
 
@@ -53,11 +63,18 @@ class ModelConfig:
     def check(self, jobs=()) -> None:
         """What can be checked without loading: the attention kernel can run on the device, and
         the model's files are where it says and their headers are whole (a missing path or a damaged
-        file fails here, before the plan)."""
+        file fails here, before the plan). The dtype, the device (a GPU asked for is there) and
+        tensor parallel (against the backend, then the model's heads) are checked here too: the
+        CLI, suites and the API all build a config, so a dry run refuses what the run would."""
 
+        check_dtype(self.dtype)
+        check_device(self.device)
+        check_tensor_parallel(self.tensor_parallel, self.backend)
         check_backend(jobs, self)
         check_attn(self.attn, self.device)
         check_model(self.model)
+        if self.backend != "hf":
+            check_tensor_parallel(self.tensor_parallel, self.backend, self.model, self.trust_remote_code)
 
     def load(self):
         from ctxbench import backends
@@ -140,6 +157,8 @@ def execute(
     one that is not ctxbench's), the model's files (by loading it), and each task's preparation
     (its data, lengths too short for its prompt). A dry run checks what it can without loading."""
 
+    check_seed(seed)
+    check_grid_size(jobs)  # the product of every option, before anything enumerates it
     w = distributed.world()
     show = console if console is not None and w.rank == 0 else None
     if isinstance(model, ModelConfig):

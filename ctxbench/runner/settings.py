@@ -69,6 +69,164 @@ def is_device(device) -> bool:
     return device in DEVICES or (device.startswith("cuda:") and index.isdigit())
 
 
+# Spellings people reach for, and the name ctxbench takes (the suggestion in the refusal; never
+# taken silently: a cell's dtype column holds one spelling, so two would split one cell in two).
+DTYPE_SPELLINGS = {"fp32": "float32", "f32": "float32", "float": "float32", "torch.float32": "float32", "bf16": "bfloat16",
+                   "torch.bfloat16": "bfloat16", "fp16": "float16", "f16": "float16", "half": "float16", "torch.float16": "float16"}  # fmt: skip
+UNSUPPORTED_DTYPES = {"float64": "double precision", "double": "double precision", "torch.float64": "double precision",
+                      "int8": "an integer type (quantisation is --quantization)", "int4": "an integer type (quantisation is --quantization)",
+                      "fp8": "an 8-bit float", "float8": "an 8-bit float"}  # fmt: skip
+# The most GPUs one engine spans: vLLM's own tensor parallel runs within a node (8 GPUs); 512 is
+# past any multi-node job. A larger number is a typo.
+MOST_TENSOR_PARALLEL = 512
+# torch.manual_seed takes a signed 64-bit integer; numpy's and Python's generators take any. A seed
+# is a whole number from 0 to 2^63 - 1, checked before the plan (2^64 failed in manual_seed after
+# the model loaded, with a traceback).
+MOST_SEED = 2**63 - 1
+
+
+def _shown(value, flag: str) -> str:
+    from ctxbench.parsing import short
+
+    return f'{flag} "{short(value, 40)}"' if flag.endswith("=") else f"{flag} {short(value, 40)!r}" if isinstance(value, str) else f"{flag} {short(value, 40)}"
+
+
+def check_dtype(dtype, *, flag: str = "--dtype") -> str:
+    """``dtype`` when it is one ctxbench loads in (:data:`DTYPES`), else one :class:`UserError`
+    naming the closest: ``fp32`` -> ``float32``, ``half`` -> ``float16``; ``float64`` and ``int8`` are
+    not dtypes a run computes in; ``auto,float32`` is two. The CLI, suites and the API all call it
+    (through :meth:`ctxbench.runner.grid.ModelConfig.check`), so a dry run refuses what the run would."""
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return dtype
+    text = str(dtype)
+    key = text.strip().lower()
+    fix_name = DTYPE_SPELLINGS.get(key) or (key if key in DTYPES else None)
+    if "," in text:
+        what, fix_name = f"{_shown(text, flag)} names more than one dtype", None
+        fix = f"one dtype per run: {_option(flag, 'float32')} (choices: {', '.join(DTYPES)})"
+        raise UserError(what, fix)
+    if key in UNSUPPORTED_DTYPES:
+        raise UserError(f"{_shown(text, flag)} is {UNSUPPORTED_DTYPES[key]}, which ctxbench does not run models in",
+                        f"use {_option(flag, 'float32')} (choices: {', '.join(DTYPES)})")  # fmt: skip
+    fix_name = fix_name or closest(key, DTYPES)
+    hint = f"did you mean {_option(flag, fix_name)}? " if fix_name else ""
+    raise UserError(f"unknown dtype: {_shown(text, flag)}", f"{hint}choose one of: {', '.join(DTYPES)}")
+
+
+def check_device(device, *, flag: str = "--device") -> str:
+    """``device`` when it names a device this machine has: ``auto``, ``cpu``, or ``cuda``/``cuda:N``
+    with a CUDA GPU visible (and N below their count). torch is imported only for a ``cuda`` device."""
+    if not is_device(device):
+        guess = closest(str(device).strip().lower(), DEVICES)
+        hint = f"did you mean {_option(flag, guess)}? " if guess else ""
+        raise UserError(f"unknown device: {_shown(device, flag)}", f"{hint}use auto, cpu, cuda or cuda:N")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"{_option(flag, device)} asks for a CUDA GPU and none is visible on this machine",
+                            f"use {_option(flag, 'cpu')} (or auto, which runs on the CPU here)")  # fmt: skip
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise UserError(f"{_option(flag, device)}: this machine has {torch.cuda.device_count()} CUDA GPU(s)",
+                            f"use {_option(flag, 'cuda:0')}")  # fmt: skip
+    return device
+
+
+def check_seed(seed, *, flag: str = "--seed") -> int:
+    """A seed every generator takes: a whole number from 0 to :data:`MOST_SEED` (2^63 - 1)."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MOST_SEED:
+        raise UserError(f"{_shown(seed, flag)} is not a whole number from 0 to 2^63 - 1 ({MOST_SEED})",
+                        f"use e.g. {_option(flag, 0)}")  # fmt: skip
+    return seed
+
+
+def check_tensor_parallel(tp, backend: str, model: str | None = None, trust_remote_code: bool = False, *,
+                          flag: str = "--tensor-parallel") -> int:  # fmt: skip
+    """GPUs one engine spans: 1 for the transformers backend (which places a model with
+    ``--device-map``, and ignored any other number); for vLLM a whole number from 1 to
+    :data:`MOST_TENSOR_PARALLEL` that divides the model's attention heads (read from its config
+    before the plan; vLLM refused it after loading, in its own words)."""
+    backend_flag = flag.replace("tensor-parallel", "backend").replace("tensor_parallel", "backend")
+    if not isinstance(tp, int) or isinstance(tp, bool) or not 1 <= tp <= MOST_TENSOR_PARALLEL:
+        raise UserError(f"{_shown(tp, flag)} is not a whole number from 1 to {MOST_TENSOR_PARALLEL}",
+                        f"give the number of GPUs one engine spans, e.g. {_option(flag, 2)}" if backend != "hf" else f"drop {flag.rstrip(' =')}")  # fmt: skip
+    if backend == "hf" and tp != 1:
+        raise UserError(f"{_option(flag, tp)} needs {_option(backend_flag, 'vllm')}: the transformers backend runs one process "
+                        f"(it spreads a model over GPUs with --device-map auto)", f"drop {flag.rstrip(' =')}, or add {_option(backend_flag, 'vllm')}")  # fmt: skip
+    if tp > 1 and model is not None:
+        heads = _heads(model, trust_remote_code)
+        if heads and heads % tp:
+            fits = [n for n in range(tp - 1, 0, -1) if heads % n == 0][0]
+            raise UserError(f"{_option(flag, tp)}: the model's {heads} attention heads do not divide among {tp} GPUs "
+                            f"(vLLM splits the heads evenly)", f"use {_option(flag, fits)}, a divisor of {heads}")  # fmt: skip
+    return tp
+
+
+def _heads(model: str, trust_remote_code: bool) -> int | None:
+    """``num_attention_heads`` of a model's config, read without weights (None when unknown)."""
+    source = _config_source(model)
+    if source is None:
+        return None
+    path = Path(source).expanduser()
+    if path.is_dir():
+        try:
+            config = json.loads((path / "config.json").read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            return None
+    else:
+        from ctxbench.model.files import load_config
+
+        config = load_config(source, trust_remote_code)
+    get = config.get if isinstance(config, dict) else (lambda key, default=None: getattr(config, key, default))
+    value = get("num_attention_heads") or (get("text_config") or {}).get("num_attention_heads") if isinstance(config, dict) else get("num_attention_heads")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# Ceilings on the product of a run's options (each option has its own, the product had none: 4
+# methods x 59 factors x 200 lengths x 1000 trials planned cell by cell until it was killed).
+# A million cells or ten million trials and documents is months of machine time for the default
+# model even at a second each: past that a run is a typo, or a study to split into several runs.
+MOST_CELLS = 1_000_000
+MOST_EVALUATIONS = 10_000_000
+MOST_TOKENS = 2**40  # tokens forwarded, lengths times evaluations: about a year at 30k tokens/s
+
+
+def grid_size(job) -> tuple[int, int, int]:
+    """(cells, evaluations, tokens) of one job from its settings' counts alone, in O(methods +
+    lengths): never by listing them. A cell is one method setting at one factor, length and
+    depth; an evaluation one trial or document of a cell (the most a ``trials = "auto"`` cell runs);
+    tokens are lengths times evaluations (0 where lengths come from the model)."""
+    s = job.settings
+    factors = len(getattr(s, "factors", ()) or (1,))
+    settings = sum(factors if m.uses_factor else 1 for m in getattr(s, "methods", ())) or 1
+    lengths = tuple(getattr(s, "lengths", None) or ())
+    depths = getattr(s, "depths", None)
+    places = len(depths) if isinstance(depths, (tuple, list)) and depths else 1
+    trials = getattr(s, "trials", None)
+    per_cell = trials if isinstance(trials, int) and not isinstance(trials, bool) else getattr(s, "max_trials", 1)
+    per_cell = per_cell if isinstance(per_cell, int) else 1
+    docs = getattr(s, "docs", None)
+    per_cell = max(1, per_cell, docs if isinstance(docs, int) and not isinstance(docs, bool) else 1)
+    cells = settings * max(1, len(lengths) or 3) * places  # the model's own lengths: L/2, L, 2L
+    return cells, cells * per_cell, settings * places * per_cell * sum(lengths)
+
+
+def check_grid_size(jobs) -> None:
+    """Refuse a run whose grid is past :data:`MOST_CELLS` cells, :data:`MOST_EVALUATIONS`
+    trials and documents or :data:`MOST_TOKENS` tokens in all, before the plan and in O(1) of the
+    trial count; the fix names a smaller value of the option that multiplies most (and passes)."""
+    sizes = [grid_size(job) for job in jobs]
+    cells, evaluations, tokens = (sum(x[i] for x in sizes) for i in range(3))
+    for total, most, what in ((cells, MOST_CELLS, "cells"), (evaluations, MOST_EVALUATIONS, "trials and documents"),
+                              (tokens, MOST_TOKENS, "tokens")):  # fmt: skip
+        if total > most:
+            raise UserError(f"the grid is {total:,} {what} in all (methods x factors x lengths x depths x trials), "
+                            f"above the most one run takes, {most:,}",
+                            "run fewer methods, factors, lengths or trials at once (split the study into several runs, "
+                            "each with an --out of its own)")  # fmt: skip
+
+
 def check_attn(attn: str | None, device: str, *, flag: str = "--attn") -> None:
     """Raise :class:`UserError` unless the attention kernel ``attn`` can run on ``device``.
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
 from ctxbench.errors import UserError, closest, unknown
-from ctxbench.parsing import check_name_lengths, decode_text, expand_path, parse_factors, parse_lengths
+from ctxbench.parsing import NotAFile, check_name_lengths, decode_text, expand_path, parse_factors, parse_lengths, read_bounded, short
 from ctxbench.runner.grid import Job
 from ctxbench.runner.settings import (
     DEVICES,
@@ -276,11 +276,16 @@ def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
     """Read and validate a suite file; every problem is a :class:`UserError` naming file and key."""
 
     check_name_lengths(path, "suite file")  # a too-long name: one line, not a stat's traceback
-    path = expand_path(path)  # ~ expanded, as every path ctxbench reads
-    if not path.is_file():
-        path = builtin_suite(path)
+    typed = os.fspath(path)
+    path = builtin_suite(typed)  # a bare name may be a built-in; a path (~ expanded) is a path
+    try:  # a path is read as a file whatever it is: a pipe (/dev/stdin, <(...)) too, never blocking
+        raw = read_bounded(path, SUITE_MOST, streams=True)
+    except NotAFile as exc:
+        raise _unreadable(typed, exc) from None
+    if not raw.strip() and not path.is_file():  # /dev/null, a FIFO nobody wrote to, an empty pipe
+        raise _bad(path, f"{_kind_of_path(path)} with nothing written to it", "give a TOML suite file, or pipe one in (ctxbench sweep /dev/stdin < suite.toml)")
     try:
-        data = tomllib.loads(decode_text(path.read_bytes(), f"suite file '{path}'", "give a TOML suite file"))
+        data = tomllib.loads(decode_text(raw, f"suite file '{path}'", "give a TOML suite file"))
     except tomllib.TOMLDecodeError as exc:
         raise _bad(path, f"not valid TOML ({exc})", f"fix the syntax ({FORMAT_HINT})") from None
     except UnicodeDecodeError:
@@ -325,25 +330,50 @@ def builtin_suites() -> dict[str, Path]:
 
 
 def builtin_suite(name: str | Path) -> Path:
-    """The file of the built-in suite ``name`` (``nightly`` or ``nightly.toml``, no folder), else
-    one error: a path that is missing, or an unknown name with the closest built-in one."""
+    """What the user meant by ``name``: a path is a path. Anything that exists in any form (a file,
+    a link even a dangling one or a loop, a FIFO, a folder, ``/dev/stdin``) or that holds a folder
+    separator or a suffix (``./nightly``, ``nightly/``, ``nightly.toml``) is the file it names, and
+    reading it says what is wrong with it. Only a bare name that names nothing (``nightly``) is a
+    built-in suite; an unknown one is an error naming the closest built-in."""
 
-    suites, text = builtin_suites(), str(name)
-    bare = Path(text).name == text and "/" not in text and os.sep not in text
-    stem = text.removesuffix(".toml")
-    if bare and stem in suites:
-        return suites[stem]
-    if Path(text).is_dir():
-        raise UserError(f"suite '{text}' is a folder", "give a .toml suite file, or a built-in suite's name (`ctxbench suites` lists them)")
-    if bare and not text.endswith(".toml"):
-        if not suites:
-            raise UserError(f"unknown suite '{text}'", f"this install has no built-in suites (none in {SUITES}): reinstall ctxbench, or give a .toml file")
-        bad = unknown("suite", text, suites)
-        raise UserError(bad.what, f"{bad.fix} (`ctxbench suites` lists them), or give the path of a .toml suite file")
-    same = Path(text).stem  # tasks/quick.toml outside a checkout: the built-in quick is there
-    guess = same if same in suites else closest(same, suites)
-    hint = f"did you mean the built-in suite `ctxbench sweep {guess}`? " if guess else ""
-    raise UserError(f"suite file '{text}' not found", f"{hint}give an existing .toml file, or a built-in suite: {', '.join(suites)}")
+    suites, text = builtin_suites(), os.fspath(name)  # the text as typed: Path("./nightly") would read "nightly"
+    bare = "/" not in text and os.sep not in text and not Path(text).suffix and text not in (".", "..", "~") and not text.startswith("~")
+    if not bare or os.path.lexists(text):
+        return expand_path(text)
+    if text in suites:
+        return suites[text]
+    if not suites:
+        raise UserError(f"unknown suite '{short(text)}'", f"this install has no built-in suites (none in {SUITES}): reinstall ctxbench, or give a .toml file")
+    bad = unknown("suite", short(text), suites)
+    raise UserError(bad.what, f"{bad.fix} (`ctxbench suites` lists them), or give the path of a .toml suite file")
+
+
+# The largest suite file: a grid written by hand or by a script is a few kB (the ceiling keeps
+# /dev/zero or a runaway generator from filling memory).
+SUITE_MOST = 1 << 20
+
+
+def _kind_of_path(path: Path) -> str:
+    from ctxbench.parsing import kind_of
+
+    try:
+        return kind_of(os.stat(path).st_mode)
+    except OSError:
+        return "a stream"
+
+
+def _unreadable(typed: str, exc: NotAFile) -> UserError:
+    """One line for a suite path that cannot be read (as the user typed it): only what is not
+    there is "not found"."""
+    text = short(typed)
+    if exc.missing:
+        suites = builtin_suites()
+        stem = Path(text.rstrip("/")).stem  # tasks/quick.toml outside a checkout: the built-in quick is there
+        guess = stem if stem in suites else closest(stem, suites)
+        hint = f"did you mean the built-in suite `ctxbench sweep {guess}`? " if guess else ""
+        return UserError(f"suite file '{text}' not found", f"{hint}give an existing .toml file, or a built-in suite: {', '.join(suites)}")
+    return UserError(f"suite file '{text}' is {exc.reason}, not a readable file",
+                     "give a .toml suite file, or a built-in suite's bare name (`ctxbench suites` lists them)")
 
 
 def describe(suite: Suite) -> str:

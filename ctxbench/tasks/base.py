@@ -397,10 +397,29 @@ def domain_reason(record: dict, tasks: dict | None, domains: dict | None = None)
     why = why or _outside("tokens", record.get("tokens"), COUNT) or _outside("seconds", record.get("seconds"), AMOUNT)
     text = record.get("extra") or ""
     if not why and _EXTRA_KEYS.search(text):  # parse only the rows that may hold one
-        extra = extra_of(record)
+        try:
+            extra = json.loads(text)
+        except ValueError:
+            return f"extra is not valid JSON ({_short(text)}), yet it names {_EXTRA_KEYS.search(text).group(0)}"
+        if not isinstance(extra, dict):
+            return f"extra is a JSON {type(extra).__name__}, not an object"
         for key, d in EXTRA_DOMAINS.items():
-            why = why or (_outside(f"extra.{key}", extra[key], d) if key in extra and not isinstance(extra[key], bool) else "")
+            if key not in extra or why:
+                continue
+            value = extra[key]
+            if value is not None and (isinstance(value, (bool, str, list, dict))):
+                why = f"extra.{key} {_short(json.dumps(value))} is not a number"
+            elif isinstance(value, float) and not math.isfinite(value):
+                why = f"extra.{key} {value} is not a finite number"
+            else:
+                why = _outside(f"extra.{key}", value, d) if value is not None else ""
     return why
+
+
+def _short(text: str, most: int = 40) -> str:
+    from ctxbench.parsing import short
+
+    return short(text, most)
 
 
 def _outside(name: str, raw, d: Domain) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, Schema, cache_root, digest, discard, ignored, write_atomic
-from ctxbench.parsing import decode_text, refuse_wide
+from ctxbench.parsing import NotAFile, decode_text, refuse_wide, regular_size
 
 if TYPE_CHECKING:
     import torch
@@ -179,6 +179,9 @@ def tokenizer_digest(tokenizer) -> str:
 # document's name and text, and its ids. Version 2 (safetensors, digests) replaced the unverified
 # torch.save file (``<key>.pt``), whose wrong ids scored as ``ok`` under the corpus's own digest.
 TOKENS_SCHEMA = Schema("corpus tokens", 2)
+# The largest token cache file: int32 ids of a billion-token corpus (4 GB). Past that it is no cache of
+# ours (an 8 GB sparse file): refused by its size before a byte is read.
+TOKENS_MOST = 4 << 30
 
 
 class Tokenized:
@@ -238,8 +241,10 @@ class Tokenized:
         if not path.exists() and not path.is_symlink():
             return
         try:
-            if path.is_dir():
-                raise BadEntry("a directory where a file should be")
+            try:  # a regular file under the ceiling, inside the cache: a FIFO would hang safe_open, /dev/zero fill memory
+                regular_size(path, TOKENS_MOST, within=path.parent.parent)
+            except NotAFile as exc:
+                raise BadEntry(f"{exc.reason}, not a token cache file") from None
             with safe_open(str(path), "pt") as f:
                 try:
                     stamp = json.loads((f.metadata() or {}).get("ctxbench", "null"))

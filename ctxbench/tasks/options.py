@@ -15,10 +15,18 @@ def parse_positive_int(value, flag: str, most: int | None = None, why: str = "")
     """A whole number >= 1, and at most ``most`` where a count has a ceiling that means something
     (``why`` says what): a count the user types must never make a plan or a run that cannot end,
     so an absurd one is refused at once rather than planned."""
+    from ctxbench.parsing import short
+
+    text = str(value).strip()
+    if re.fullmatch(r"\+?\d{19,}", text):  # past any ceiling (and past int()'s 4300 digits): said as too large, shortened
+        if most is not None:
+            raise UserError(f"{flag} {short(text, 40)} is above the most ctxbench runs, {most}" + (f" ({why})" if why else ""),
+                            f"pass {flag} {most} or fewer")  # fmt: skip
+        raise UserError(f"{flag} {short(text, 40)} is too large to be a count", f"pass e.g. {flag} 4")
     try:
-        number = int(str(value).strip())
+        number = int(text)
     except ValueError:
-        raise UserError(f"{flag} '{value}' is not a whole number", f"pass e.g. {flag} 4") from None
+        raise UserError(f"{flag} '{short(text, 40)}' is not a whole number", f"pass e.g. {flag} 4") from None
     if number < 1:
         raise UserError(f"{flag} {number} must be >= 1", f"pass e.g. {flag} 4")
     check_most(number, flag, most, why)

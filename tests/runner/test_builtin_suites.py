@@ -49,8 +49,11 @@ def test_the_built_in_suites_are_the_package_files_and_tasks_links_to_them():
 def test_a_name_loads_what_the_checkout_path_loads_with_out_relative_to_the_working_folder(name, tmp_path, monkeypatch):
     by_path = load_suite(ROOT / "tasks" / f"{name}.toml")
     monkeypatch.chdir(tmp_path)  # any folder
-    by_name, by_file_name = load_suite(name), load_suite(f"{name}.toml")
-    assert by_name.jobs == by_path.jobs == by_file_name.jobs and by_name.model == by_path.model
+    by_name = load_suite(name)
+    assert by_name.jobs == by_path.jobs and by_name.model == by_path.model
+    with pytest.raises(UserError) as info:  # a suffix makes it a path (issue 45): not there, so not found, pointing at the name
+        load_suite(f"{name}.toml")
+    assert f"suite file '{name}.toml' not found" in info.value.what and f"`ctxbench sweep {name}`" in info.value.fix
     assert by_name.out == by_path.out == f"results/{name}.csv"  # relative, as it was: not moved next to the file
     assert describe(by_name) and by_name.description == describe(by_name)
 
