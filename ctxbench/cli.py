@@ -399,11 +399,9 @@ def compare(
 ) -> None:
     """Per-cell change between two results files; exit 1 if anything got worse (a rerun on the same
     weights and data: beyond --rtol; otherwise also beyond noise), failed, went NaN or is missing."""
+    from ctxbench.report.compare import RTOL, check_mode, failed, pct, to_markdown
     from ctxbench.report.compare import compare as run_compare
-    from ctxbench.report.compare import failed, pct, to_markdown
     from ctxbench.report.compare import fmt as show
-
-    from ctxbench.report.compare import RTOL, check_mode
 
     if fmt not in ("table", "markdown"):
         raise UserError(f"unknown --format '{fmt}'", "use table or markdown")

@@ -38,7 +38,16 @@ from pathlib import Path
 
 from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
 from ctxbench.errors import UserError, closest, unknown
-from ctxbench.parsing import NotAFile, check_name_lengths, decode_text, expand_path, parse_factors, parse_lengths, read_bounded, short
+from ctxbench.parsing import (
+    NotAFile,
+    check_name_lengths,
+    decode_text,
+    expand_path,
+    parse_factors,
+    parse_lengths,
+    read_bounded,
+    short,
+)
 from ctxbench.runner.grid import Job
 from ctxbench.runner.settings import (
     DEVICES,
