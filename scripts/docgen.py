@@ -1049,3 +1049,16 @@ def quickstart_paired() -> None:
          "against the narrower of the two):\n\n"
          "| method vs none | length | none | method | paired ratio [95%] | narrower |\n"
          "| --- | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(rows))  # fmt: skip
+
+
+def say_readme_headline(path: str = X4) -> None:
+    """The README's reading of its headline table: each number from the factor-4 file."""
+    cells = ppl_cells(path)
+    inside = [n for n in cells["none"] if n <= 8192]
+    ratios = [cells["linear"][n] / cells["none"][n] for n in inside]
+    near = max(abs(cells[m][n] / cells["none"][n] - 1) for m in ("self-extend", "dca") for n in inside)
+    best = sorted(cells, key=lambda m: cells[m][32768])[:2]
+    _out(f"Plain RoPE (`none`) breaks past its trained 8k ({cells['none'][32768]:.4g} at 32k); interpolating every pair (`linear`)\n"
+         f"costs {min(ratios):.1f}-{max(ratios):.1f}x plain RoPE's perplexity inside the trained length; Self-Extend and Dual Chunk\n"
+         f"Attention (`dca`) stay within {math.ceil(near * 100)}% of plain RoPE there"
+         + (" and are the two best at 32k." if set(best) == {"self-extend", "dca"} else f"; the two best at 32k are {best[0]} and {best[1]}."))  # fmt: skip

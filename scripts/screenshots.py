@@ -103,7 +103,9 @@ def shrink(png: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("only", nargs="*", help="page names (methods, api, ...); default: every page of the nav")
+    parser.add_argument(
+        "only", nargs="*", help="page names (methods, api, ...); default: every page of the nav"
+    )
     args = parser.parse_args()
     wanted = [p for p in pages() if not args.only or Path(p).stem in args.only]
     browser = chromium()

@@ -55,7 +55,10 @@ def _shown(number: str, pool: set[float], decimals: dict[float, int]) -> bool:
 
 
 def _numbers_outside_tables(text: str) -> list[str]:
-    return re.findall(r"(?<![\w.\-\[])\d+\.\d+(?![\w.%x])", "\n".join(ln for ln in text.splitlines() if not ln.startswith("|")))
+    return re.findall(
+        r"(?<![\w.\-\[])\d+\.\d+(?![\w.%x])",
+        "\n".join(ln for ln in text.splitlines() if not ln.startswith("|")),
+    )
 
 
 @pytest.mark.parametrize("page", [p for p in CHECKED_PAGES if (ROOT / p).is_file()])
@@ -63,7 +66,9 @@ def test_every_decimal_number_in_the_prose_is_one_a_generated_block_shows(page):
     pool = {float(n) for n in re.findall(r"\d+\.\d+", _generated_text())}
     prose = _prose(page)
     stray = [n for n in _numbers_outside_tables(prose) if n not in NOT_RESULTS and not _shown(n, pool, {})]
-    assert not stray, f"{page} quotes {stray}: generate the sentence (scripts/docgen.py, say_*) or say why in NOT_RESULTS"
+    assert not stray, (
+        f"{page} quotes {stray}: generate the sentence (scripts/docgen.py, say_*) or say why in NOT_RESULTS"
+    )
 
 
 def _comparisons(page: str) -> dict[tuple, set[str]]:
@@ -108,7 +113,9 @@ def test_the_4k_against_2k_rise_is_generated_on_every_page_that_states_it():
     lo, hi = min(change.values()), max(change.values())
     assert f"{lo * 100:.1f}%" in docgen.rise_text() and f"{hi * 100:.0f}%" in docgen.rise_text()
     for page in ("docs/results.md", "docs/statistics.md"):
-        assert "worse at 4k than at 2k" not in _prose(page), f"{page} states the rise outside its generated block"
+        assert "worse at 4k than at 2k" not in _prose(page), (
+            f"{page} states the rise outside its generated block"
+        )
         assert "worse at 4k than at 2k" in (ROOT / page).read_text()
     assert "8-17%" not in (ROOT / "ctxbench/report/effective.py").read_text()
 
@@ -121,7 +128,7 @@ def test_the_nightly_suite_quotes_the_proxy_studys_rho_and_no_planned_time():
     assert (quoted.group(1), int(quoted.group(2))) == (f"{rho:+.2f}", configs)
     assert (ROOT / quoted.group(3)).is_file()
     assert not re.search(r"\d+ min", text), "a suite's planned time drifts: docs/suites.md generates it"
-    assert "--dry-run" in tomllib.loads(text)["description"]
+    assert "--dry-run" in re.search(r'^description = "(.*)"$', text, flags=re.M).group(1)
 
 
 def test_the_suites_page_states_the_planned_minutes_only_where_it_generates_them():

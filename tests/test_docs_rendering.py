@@ -28,7 +28,11 @@ def test_the_api_page_renders_no_sphinx_role_literally():
             if getattr(obj, "__module__", None) == name and (inspect.isfunction(obj) or inspect.isclass(obj)):
                 docs[f"{name}.{attr}"] = obj.__doc__ or ""
                 if inspect.isclass(obj):
-                    docs |= {f"{name}.{attr}.{m}": f.__doc__ or "" for m, f in vars(obj).items() if inspect.isfunction(f)}
+                    docs |= {
+                        f"{name}.{attr}.{m}": f.__doc__ or ""
+                        for m, f in vars(obj).items()
+                        if inspect.isfunction(f)
+                    }
         found += [where for where, doc in docs.items() if SPHINX_ROLE.search(doc)]
     assert _rendered_modules() and not found, found
 
