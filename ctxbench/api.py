@@ -5,6 +5,7 @@
     df = ctxbench.run("ppl", lm, method="none,ntk,yarn", factor=2, length="1k,2k", docs=2)
     df = ctxbench.sweep("quick", out="quick.csv")   # a built-in suite by name, or a file; shards under torchrun like the CLI
     df = ctxbench.load_results("results/ppl-smollm2-factor2.csv")
+    outcome = ctxbench.api.tune_method("yarn", 16384, "tune-yarn", budget=8)   # ctxbench tune (docs/tune.md)
 """
 
 from __future__ import annotations
@@ -51,6 +52,29 @@ def run(
     target = model if not isinstance(model, str) else ModelConfig(model=model, device=device, dtype=dtype, backend=backend)
     outcome = execute([Job(spec, settings)], target, out, resume, seed, console=_console(show))
     return to_frame(outcome.records)
+
+
+def tune_method(method: str, target: int, out: str | os.PathLike, *, objective: str = "nll", budget: int | None = None,
+                minutes: float | None = None, guard: float | None = None, docs: int = 4, dataset: str | None = None,
+                params=(), sampler: str = "auto", export: str | None = None, model=DEFAULT_MODEL, seed: int = 0,
+                resume: bool = True, device: str = "auto", dtype: str = "auto", attn: str = "sdpa", backend: str = "hf",
+                trust_remote_code: bool = False, dry_run: bool = False, console=None):  # fmt: skip
+    """``ctxbench tune``: search ``method``'s parameters for ``model`` at ``target`` tokens, then the
+    held-out verdict; returns a :class:`ctxbench.tune.run.TuneOutcome` (None for ``dry_run``).
+    ``model`` is a name (loaded once here) or an already loaded model."""
+    from ctxbench.tune.run import DEFAULT_GUARD, TuneSettings, check, show_plan, trials_for, tune
+
+    settings = TuneSettings(method=method, target=int(target), out=str(out), objective=objective, trials=budget, minutes=minutes,
+                            guard=DEFAULT_GUARD if guard is None else guard, docs=docs, dataset=dataset, seed=seed,
+                            sampler=sampler, export=export, only=tuple(params), resume=resume)  # fmt: skip
+    config = model if not isinstance(model, str) else ModelConfig(model=model, device=device, dtype=dtype, attn=attn, backend=backend,
+                                                                   trust_remote_code=trust_remote_code)  # fmt: skip
+    if dry_run:
+        space = check(settings, config)
+        if console is not None:
+            show_plan(console, space, settings, trials_for(settings, space, config), config)
+        return None
+    return tune(settings, config, console)
 
 
 def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model=None, show: bool = False):
