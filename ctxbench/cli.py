@@ -563,7 +563,7 @@ def tune(
     target: str = typer.Option(..., "--target", "-t", help="the length to deploy at, past the model's trained length L, e.g. 16k"),
     objective: str = typer.Option("nll", "--objective", help="nll (NLL past L at the target) | needle (answer NLL of needles) | both"),
     budget: int | None = typer.Option(None, "--budget", help="trials, the published defaults included"),
-    minutes: float | None = typer.Option(None, "--minutes", help="wall-clock budget: the search leaves time for the verdict"),
+    minutes: float | None = typer.Option(None, "--minutes", help="wall-clock budget of the search and its verdict (the search leaves time for the verdict; loading the model is not counted)"),
     guard: float = typer.Option(0.05, "--guard", help="most NLL (nats/token) at L/2 above none's a setting may cost (0.05: perplexity x1.05)"),
     out: str = typer.Option(..., "--out", "-o", help="directory for trials.csv, verdict.csv, summary.json, trials.png, niah.toml"),
     docs: int = typer.Option(4, "--docs", help="documents of at least the target's tokens, split by hash into tuning and held-out"),

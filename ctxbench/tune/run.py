@@ -66,7 +66,8 @@ class TuneOutcome:
     files: list = field(default_factory=list)
     evaluations: int = 0
     taken: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # the search and its verdict (what --minutes bounds)
+    loading: float = 0.0  # loading the model and tokenising the documents, before
     export_text: str = ""
     niah_command: str = ""
 
@@ -112,9 +113,9 @@ def check(settings: TuneSettings, config) -> Space:
     from ctxbench.methods import resolve
 
     resolve(settings.method)  # an unknown method: did-you-mean, before the config is read
-    config.check()
-    geom = load_geometry(config.model, config.trust_remote_code)
+    geom = load_geometry(config.model, config.trust_remote_code)  # the config alone: no weights
     space = space_for(settings.method, geom.trained_len, settings.target, list(settings.only) or None)
+    config.check()  # the model's files and the backend, still without loading
     for c in (space.defaults(),):
         from ctxbench.methods.setting import check_derived
 
@@ -247,6 +248,7 @@ def _tune(lm, space: Space, settings: TuneSettings, trials: int, out: Path, cons
     from ctxbench.tune.verdict import decide
 
     docs, data_digest = _documents(lm, settings, space.target)
+    loading, start = __import__("time").monotonic() - start, __import__("time").monotonic()  # --minutes counts from here
     objective = ModelObjective(lm, docs, space.target, settings.objective, settings.chunk, settings.seed)
     sampler = settings.sampler if settings.sampler != "auto" else ("tpe" if has_optuna() else "halving")
     store = TrialsFile(out / "trials.csv", _provenance(lm, settings, space, data_digest, sampler), settings.resume)
@@ -323,7 +325,7 @@ def _tune(lm, space: Space, settings: TuneSettings, trials: int, out: Path, cons
     del contenders
     outcome.verdict = decide(held_values["winner"], held_values["defaults"], held_values["none"], same=winner is defaults,
                              guard=settings.guard, alpha=settings.alpha, seed=settings.seed, target_name=len_label(space.target))  # fmt: skip
-    outcome.seconds = __import__("time").monotonic() - start
+    outcome.seconds, outcome.loading = __import__("time").monotonic() - start, loading
     _write_outputs(outcome, out, settings, lm)
     return outcome
 
@@ -376,6 +378,7 @@ def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) 
         "trials": len(outcome.trials), "statuses": {s: sum(1 for t in outcome.trials if t.status == s)
                                                    for s in sorted({t.status for t in outcome.trials})},
         "evaluations_computed": outcome.evaluations, "evaluations_resumed": outcome.taken, "seconds": round(outcome.seconds, 1),
+        "loading_seconds": round(outcome.loading, 1),
     }  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     outcome.files += [out / "trials.csv", out / "verdict.csv", out / "summary.json"]

@@ -113,11 +113,13 @@ class Search:
     def __init__(self, space: Space, objective: Objective, tuning: list[str], budget: Budget, *, guard: float,
                  guard_reference: dict[str, Value], seed: int = 0, sampler: str = "halving",
                  cached: dict | None = None, record: Callable | None = None, finish: Callable | None = None,
-                 progress: Callable | None = None, clock: Callable[[], float] = time.monotonic, reserve: int = 0) -> None:  # fmt: skip
+                 progress: Callable | None = None, clock: Callable[[], float] = time.monotonic, reserve: int = 0,
+                 prune_alpha: float = PRUNE_ALPHA) -> None:  # fmt: skip
         self.space, self.objective, self.tuning, self.budget = space, objective, list(tuning), budget
         self.guard, self.guard_reference, self.seed, self.sampler = guard, guard_reference, seed, sampler
         self.cached = dict(cached or {})
         self.record, self.finish, self.progress = record, finish, progress
+        self.prune_alpha = prune_alpha  # 0: never prune (scripts/bench_tune.py measures what pruning saves)
         self.clock, self.reserve = clock, reserve  # evaluations to leave time for after the search (the verdict)
         self.start = clock()
         self.trials: list[Trial] = []
@@ -191,7 +193,7 @@ class Search:
                     t.status, t.reason = "guarded", problem
                     break
                 if best is not None and best is not t:
-                    worse, why = clearly_worse(t, best)
+                    worse, why = clearly_worse(t, best, self.prune_alpha)
                     if worse:
                         t.status, t.reason = "pruned", why
                         break
