@@ -43,22 +43,29 @@ def test_a_continuous_optimum_is_approached():
 
 
 def test_noise_alone_keeps_the_defaults():
+    """Ten draws of an objective where no setting differs but by noise: the search always crowns
+    some noise-fitted setting, held-out data often shows it ahead of the defaults, and the verdict
+    never deploys it."""
     space = space_for("yarn", L, T)
-    objective = FakeObjective(lambda p, s: 0.0, instances=8, noise=0.3)
-    tuning, held = list(objective.instances[:4]), list(objective.instances[4:])
-    ref = {v.instance: v for v in objective.values(_none(), 1.0, tuning, guard_only=True)}
-    s = Search(space, objective, tuning, Budget(12), guard=0.05, guard_reference=ref)
-    s.run()
-    winner, defaults = s.best(), s.trials[0]
-    assert winner is not defaults  # a noise-fitted setting won the search...
+    ahead = 0
+    for salt in range(10):
+        objective = FakeObjective(lambda p, s: 0.0, instances=8, noise=0.3, salt=salt)
+        tuning, held = list(objective.instances[:4]), list(objective.instances[4:])
+        ref = {v.instance: v for v in objective.values(_none(), 1.0, tuning, guard_only=True)}
+        s = Search(space, objective, tuning, Budget(12), guard=0.05, guard_reference=ref)
+        s.run()
+        winner, defaults = s.best(), s.trials[0]
+        if winner is defaults:  # the defaults won by chance: nothing to resist
+            continue
 
-    def held_out(t):
-        return list(objective.values(space.setting(t.candidate), t.candidate.factor, held))
+        def held_out(t, objective=objective, held=held):
+            return list(objective.values(space.setting(t.candidate), t.candidate.factor, held))
 
-    none = list(objective.values(_none(), 1.0, held))
-    verdict = decide(held_out(winner), held_out(defaults), none, same=False, guard=0.05)
-    assert verdict.text == KEEP  # ...and the held-out verdict does not deploy it
-    assert not verdict.deploy
+        none = list(objective.values(_none(), 1.0, held))
+        verdict = decide(held_out(winner), held_out(defaults), none, same=False, guard=0.05)
+        ahead += verdict.comparisons[0].delta < 0
+        assert verdict.text == KEEP and not verdict.deploy  # a noise-fitted winner is never deployed
+    assert ahead >= 2  # ...though held-out data showed it ahead of the defaults more than once
 
 
 def test_a_real_gain_is_deployed():

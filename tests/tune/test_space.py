@@ -41,6 +41,18 @@ def test_every_range_passes_the_methods_own_checks_at_both_ends(method, target):
     _checked(space, {d.name: d.ends()[1] for d in space.dims})  # and at its high end
 
 
+@pytest.mark.parametrize("method", tunable_methods())
+def test_every_point_the_search_samples_is_one_the_method_takes(method):
+    """Ranges of parameters tied by a rule (beta_fast > beta_slow) must not cross: 200 samples each."""
+    import random
+
+    space = space_for(method, L, 4 * L)
+    rng = random.Random(0)
+    for _ in range(200):
+        c = space.sample(rng)
+        _checked(space, {FACTOR: c.factor, **dict(c.params)})
+
+
 def test_tunable_methods_include_the_issues_list():
     assert {"yarn", "self-extend", "leaky-rerope", "llama3", "string", "dca", "ssmax"} <= set(tunable_methods())
 

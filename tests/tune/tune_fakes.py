@@ -17,7 +17,8 @@ class FakeObjective:
 
     name = "nll"
 
-    def __init__(self, f, instances: int = 6, units: int = 8, noise: float = 0.0, stop_after: int | None = None) -> None:
+    def __init__(self, f, instances: int = 6, units: int = 8, noise: float = 0.0, stop_after: int | None = None, salt: int = 0) -> None:
+        self.salt = salt  # another draw of the noise
         self.f, self.units, self.noise, self.stop_after = f, units, noise, stop_after
         self.none_level = 1.0  # none past L: a nat worse than any tuned setting's bowl floor
         self.instances = tuple(f"doc{i}" for i in range(instances))
@@ -30,7 +31,7 @@ class FakeObjective:
             key = (setting.label, float(factor), name, guard_only)
             self.calls[key] += 1
             shared = random.Random(f"difficulty|{name}")
-            own = random.Random(f"noise|{setting.label}|{factor}|{name}")
+            own = random.Random(f"noise|{self.salt}|{setting.label}|{factor}|{name}")
             level = 0.0 if guard_only else (self.none_level if setting.name == "none" else self.f(setting.param_dict, factor))
             units = tuple((2.0 + shared.random() + level + self.noise * own.gauss(0, 1), 1.0) for _ in range(self.units))
             guard = tuple((1.5 + shared.random(), 1.0) for _ in range(4))
