@@ -114,12 +114,13 @@ class Search:
                  guard_reference: dict[str, Value], seed: int = 0, sampler: str = "halving",
                  cached: dict | None = None, record: Callable | None = None, finish: Callable | None = None,
                  progress: Callable | None = None, clock: Callable[[], float] = time.monotonic, reserve: int = 0,
-                 prune_alpha: float = PRUNE_ALPHA) -> None:  # fmt: skip
+                 prune_alpha: float = PRUNE_ALPHA, halving: bool = True) -> None:  # fmt: skip
         self.space, self.objective, self.tuning, self.budget = space, objective, list(tuning), budget
         self.guard, self.guard_reference, self.seed, self.sampler = guard, guard_reference, seed, sampler
         self.cached = dict(cached or {})
         self.record, self.finish, self.progress = record, finish, progress
         self.prune_alpha = prune_alpha  # 0: never prune (scripts/bench_tune.py measures what pruning saves)
+        self.halving = halving  # False: every trial on every tuning instance (one rung)
         self.clock, self.reserve = clock, reserve  # evaluations to leave time for after the search (the verdict)
         self.start = clock()
         self.trials: list[Trial] = []
@@ -243,6 +244,8 @@ class Search:
     def rungs(self) -> list[int]:
         """Instances per rung: ``ceil(n / eta^k)`` down to 1, ascending (``[1, 3, 9]`` for 9)."""
         n, out, k = len(self.tuning), set(), 0
+        if not self.halving:
+            return [n]
         while True:
             r = max(1, math.ceil(n / ETA**k))
             out.add(r)
