@@ -179,11 +179,12 @@ def _reaches_target(compression: str):
             return f"window + (L - window) * {compression} = {window + (L - window) * g:g} < T = {T}"
         return None
 
+    rule.__doc__ = f"w + (L - w) * {compression} >= T (the authors' longest extended context)"
     return rule
 
 
 def _string_rule(params: dict, L: int, T: int) -> str | None:
-    """STRING's own constraint (``W <= S/2``, :func:`ctxbench.methods.branches.string_params`)."""
+    """local_value <= window/2 (STRING's own constraint, as ctxbench.methods.branches.string_params applies it)."""
     window, local = params.get("window") or int(0.33 * L), params.get("local_value")
     if local is not None and local > window // 2:
         return f"local_value {local} > window/2 = {window // 2}"
@@ -191,7 +192,7 @@ def _string_rule(params: dict, L: int, T: int) -> str | None:
 
 
 def _dca_rule(params: dict, L: int, T: int) -> str | None:
-    """DCA's own constraint: the default local window (L/8) below half the chunk."""
+    """local_window < chunk_size (DCA's own constraint; the default local window is L/8, at most half the chunk)."""
     chunk = params.get("chunk_size") or 3 * L // 4
     local = params.get("local_window") or min(L // 8, chunk // 2)
     return f"local_window {local} >= chunk_size/2" if local >= chunk else None

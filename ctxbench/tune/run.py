@@ -369,6 +369,7 @@ def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) 
         for c in verdict.comparisons:
             w.writerow({k: v for k, v in asdict(c).items()})
     summary = {
+        "command": command_of(settings),
         "method": space.method, "trained_len": space.trained, "target": space.target, "objective": settings.objective,
         "guard": settings.guard, "winner": {"label": winner.label, "factor": winner.candidate.factor,
                                             "params": dict(winner.candidate.params), "objective": winner.objective,
@@ -396,6 +397,27 @@ def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) 
         model = getattr(lm, "source", None) or lm.name
         outcome.export_text = export(space.method, winner.candidate.factor, settings.export, model=model,
                                      params=dict(winner.candidate.params))  # fmt: skip
+
+
+def command_of(settings: TuneSettings) -> str:
+    """The ``ctxbench tune`` command line of these settings (what summary.json records)."""
+    parts = [f"ctxbench tune --method {settings.method} --target {len_label(settings.target)}"]
+    if settings.objective != "nll":
+        parts.append(f"--objective {settings.objective}")
+    if settings.trials is not None:
+        parts.append(f"--budget {settings.trials}")
+    if settings.minutes is not None:
+        parts.append(f"--minutes {settings.minutes:g}")
+    if settings.guard != DEFAULT_GUARD:
+        parts.append(f"--guard {settings.guard:g}")
+    parts.append(f"--docs {settings.docs}")
+    if settings.dataset:
+        parts.append(f"--dataset {settings.dataset}")
+    if settings.only:
+        parts.append(f"--params {','.join(settings.only)}")
+    if settings.export:
+        parts.append(f"--export {settings.export}")
+    return " ".join(parts + [f"--out {settings.out}"])
 
 
 def niah_suite(outcome: TuneOutcome, out: Path, lm) -> str:

@@ -170,3 +170,22 @@ def run_fresh(space, objective):
     s = _search(space, objective, trials=10)
     s.run()
     return s
+
+
+def test_optuna_tpe_finds_the_optimum_too():
+    pytest.importorskip("optuna")
+    space = space_for("yarn", L, T)
+    s = _search(space, FakeObjective(yarn_bowl, instances=2), trials=30, sampler="tpe")
+    s.run()
+    f = lambda t: yarn_bowl(space.setting(t.candidate).param_dict, t.candidate.factor)  # noqa: E731
+    assert s.trials[0].label == "yarn"  # the defaults still come first
+    assert f(s.best()) < f(s.trials[0]) / 5
+
+
+def test_optuna_tpe_handles_a_grid_with_a_rule():
+    pytest.importorskip("optuna")
+    space = space_for("self-extend", L, T)
+    s = _search(space, FakeObjective(self_extend_bowl, instances=2), trials=12, sampler="tpe")
+    s.run()
+    assert all(space.allowed(t.candidate) is None for t in s.trials)
+    assert len({t.candidate for t in s.trials}) == len(s.trials)
