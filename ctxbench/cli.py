@@ -586,11 +586,19 @@ def tune(
     from ctxbench.api import tune_method
     from ctxbench.parsing import parse_length, split_list
 
-    outcome = tune_method(method, parse_length(target, "--target"), out, objective=objective, budget=budget, minutes=minutes,
-                          guard=guard, docs=docs, dataset=dataset, params=split_list(params, "--params") if params else (),
-                          sampler=sampler, export=export, model=model, seed=seed, resume=resume, device=device, dtype=dtype,
-                          attn=attn, backend=backend, trust_remote_code=trust_remote_code, dry_run=dry_run,
-                          console=console)  # fmt: skip
+    try:
+        outcome = tune_method(method, parse_length(target, "--target"), out, objective=objective, budget=budget, minutes=minutes,
+                              guard=guard, docs=docs, dataset=dataset, params=split_list(params, "--params") if params else (),
+                              sampler=sampler, export=export, model=model, seed=seed, resume=resume, device=device, dtype=dtype,
+                              attn=attn, backend=backend, trust_remote_code=trust_remote_code, dry_run=dry_run,
+                              console=console)  # fmt: skip
+    except KeyboardInterrupt as exc:  # every finished evaluation is already in DIR/trials.csv (written as each lands)
+        from ctxbench.runner.grid import Interrupted
+        from ctxbench.tune.store import evaluations_in
+
+        trials = os.path.join(out, "trials.csv")
+        raise Interrupted(evaluations_in(trials), trials if os.path.exists(trials) else None,
+                          getattr(exc, "signal_name", "SIGINT")) from None  # fmt: skip
     if outcome is not None:
         from ctxbench.tune.display import show_outcome
 

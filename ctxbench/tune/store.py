@@ -98,3 +98,12 @@ def _text(v) -> str:
     if isinstance(v, float):
         return repr(v)
     return str(v)
+
+
+def evaluations_in(path: str | Path) -> int:
+    """Evaluation rows in a trials file (0 when there is none, or it cannot be read)."""
+    try:
+        with Path(path).open(newline="") as f:
+            return sum(1 for r in csv.DictReader(f) if r.get("kind") == "instance")
+    except (OSError, csv.Error):
+        return 0

@@ -42,7 +42,7 @@ def test_bad_input_is_one_line_and_exit_2_before_the_model_loads(case, config_on
     args, message = CASES[case]
     out = tmp_path / "tune-out"
     proc = subprocess.run([sys.executable, "-m", "ctxbench", "tune", *args, "--model", str(config_only), "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+                          capture_output=True, text=True, timeout=600)  # fmt: skip  (a loaded shared machine)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and " — " in lines[0], proc.stderr
