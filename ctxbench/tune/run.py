@@ -307,7 +307,7 @@ def _tune(lm, space: Space, settings: TuneSettings, trials: int, out: Path, cons
     for role, cand, setting, factor, label in (
         ("winner", winner.candidate, space.setting(winner.candidate), winner.candidate.factor, winner.label),
         ("defaults", defaults.candidate, space.setting(defaults.candidate), defaults.candidate.factor, defaults.label),
-        ("none", None, none, 1.0, "none"),
+        ("unscaled", None, none, 1.0, none.label),
     ):
         key = cand.key if cand is not None else "none"
         if role == "defaults" and winner is defaults:
@@ -323,7 +323,7 @@ def _tune(lm, space: Space, settings: TuneSettings, trials: int, out: Path, cons
             evaluated("heldout", role, key, label, factor, params, value)
         held_values[role] = sorted(values, key=lambda v: held.index(v.instance))
     del contenders
-    outcome.verdict = decide(held_values["winner"], held_values["defaults"], held_values["none"], same=winner is defaults,
+    outcome.verdict = decide(held_values["winner"], held_values["defaults"], held_values["unscaled"], same=winner is defaults,
                              guard=settings.guard, alpha=settings.alpha, seed=settings.seed, target_name=len_label(space.target))  # fmt: skip
     outcome.seconds, outcome.loading = __import__("time").monotonic() - start, loading
     _write_outputs(outcome, out, settings, lm)

@@ -136,11 +136,11 @@ def space_for(method: str, trained: int, target: int, only: list[str] | None = N
     ``trained``; ``only`` narrows it to those parameters (``factor`` included). One clear error for a
     combination (``ntk+logn``), a method without ranges, or a parameter asked for that has none."""
     setting = resolve(method)
-    parts = [p for p in setting.parts if not (p.name == "none" and setting.attention is not None)]  # self-extend is none+self-extend
-    if len(parts) != 1:
+    names = setting.name.split("+")  # canonical: self-extend alone, not its plain-RoPE frequency part
+    if len(names) != 1:
         raise UserError(f"ctxbench tune searches one method at a time, not '{method}'",
-                        f"tune one of its parts, e.g. --method {parts[-1].name}")  # fmt: skip
-    entry = parts[0]
+                        f"tune one of its parts, e.g. --method {names[-1]}")  # fmt: skip
+    entry = next(p for p in setting.parts if p.name == names[0])
     if target <= trained:
         raise UserError(f"--target {len_label(target)} is not past the model's trained length L = {len_label(trained)}",
                         f"tune for a target longer than L, e.g. --target {len_label(2 * trained)}")  # fmt: skip

@@ -19,6 +19,7 @@ from ctxbench.tune.objective import Value
 
 KEEP = "no significant gain: keep the defaults"
 DEFAULTS_WON = "the defaults won the search: keep the defaults"
+UNSCALED = "unscaled"  # the contender without scaling (method none), as the verdict names it
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def decide(winner: list[Value], defaults: list[Value], none: list[Value], *, sam
     """The verdict from the three contenders' held-out values; ``same``: the winner is the defaults."""
     from ctxbench.stats import holm
 
-    pairs = [(winner, defaults, "winner", "defaults"), (winner, none, "winner", "none"), (defaults, none, "defaults", "none")]
+    pairs = [(winner, defaults, "winner", "defaults"), (winner, none, "winner", UNSCALED), (defaults, none, "defaults", UNSCALED)]
     comps = [compare(a, b, an, bn, where, seed) for where in (target_name, "L/2") for a, b, an, bn in pairs]
     adjusted = holm([c.p for c in comps])
     comps = [Comparison(**{**c.__dict__, "p_adjusted": q}) for c, q in zip(comps, adjusted, strict=True)]
@@ -78,7 +79,7 @@ def decide(winner: list[Value], defaults: list[Value], none: list[Value], *, sam
     if same:
         return Verdict(DEFAULTS_WON, False, tuple(comps), held)
     at_t = next(c for c in comps if c.where == target_name and c.base == "defaults")
-    short = next(c for c in comps if c.where == "L/2" and c.new == "winner" and c.base == "none")
+    short = next(c for c in comps if c.where == "L/2" and c.new == "winner" and c.base == UNSCALED)
     if at_t.delta < 0 and at_t.p_adjusted < alpha:
         if not short.delta > guard:
             return Verdict(f"deploy the winner: {at_t.delta:+.4f} nats/token against the defaults at {target_name} "
