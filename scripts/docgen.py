@@ -586,7 +586,11 @@ def tune_results(*dirs: str) -> None:
     for d in dirs:
         root = ROOT / d
         if not (root / "summary.json").is_file():
-            _out(f"`{d}`: no finished search committed (see the report of its run).\n")
+            from ctxbench.tune.store import evaluations_in
+
+            n = evaluations_in(root / "trials.csv")
+            _out(f"#### `{d}`\n\nNot finished: the shared CPU's time ran out with {n} evaluation(s) in its `trials.csv`; "
+                 "the same command resumes it from there.\n")  # fmt: skip
             continue
         s = json.loads((root / "summary.json").read_text())
         _out(f"#### `{s['method']}` at {s['target'] // 1024}k ({d})\n")
@@ -603,10 +607,12 @@ def tune_results(*dirs: str) -> None:
                 interval = f"[{lo:+.4f}, {hi:+.4f}]" if lo == lo else "—"
                 rows.append(f"| {r['new']} | {r['base']} | {r['where']} | {delta:+.4f} | {interval} | {float(r['p']):.3g} | "
                             f"{float(r['p_adjusted']):.3g} | {r['n']} |")  # fmt: skip
+        _out("")
         _out("\n".join(rows))
         _out(f"\n**Verdict: {s['verdict']}.** Held out: {', '.join(s['held_out'])}.\n")
         if (root / "trials.png").is_file():
-            _out(f"![{s['method']} trials](plots/tune-{root.name}.png)\n")
+            _out(f"![{s['method']} trials](plots/tune-{root.name}.png)")
+            _out("")
 
 
 def tune_bench(*paths: str) -> None:
