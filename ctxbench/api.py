@@ -106,6 +106,40 @@ def run(
     return to_frame(outcome.records)
 
 
+def tune_method(method: str, target: int, out: str | os.PathLike, *, objective: str = "nll", budget: int | None = None,
+                minutes: float | None = None, guard: float | None = None, docs: int = 4, dataset: str | None = None,
+                params=(), sampler: str = "auto", export: str | None = None, model=DEFAULT_MODEL, seed: int = 0,
+                resume: bool = True, device: str = "auto", dtype: str = "auto", attn: str = "sdpa", backend: str = "hf",
+                trust_remote_code: bool = False, dry_run: bool = False, console=None):  # fmt: skip
+    """Search a method's parameters for a model at a target length, then judge the winner on held-out data, as `ctxbench tune` does.
+
+    Args:
+        method: the method whose declared tuning ranges are searched (`"yarn"`, `"self-extend"`).
+        target: the length to tune for, in tokens (above the model's trained length).
+        out: the folder of the search (`trials.csv`, `verdict.csv`, the plot); a search there resumes.
+        objective: `"nll"`, `"needle"` or `"both"`.
+        budget: at most this many trials; `minutes`: at most this long.
+        model: a model name (loaded once here) or a model from `load_model`.
+        dry_run: only check and price the search.
+
+    Returns:
+        A `ctxbench.tune.run.TuneOutcome` (`None` for a dry run).
+    """
+    from ctxbench.tune.run import DEFAULT_GUARD, TuneSettings, check, show_plan, trials_for, tune
+
+    settings = TuneSettings(method=method, target=int(target), out=str(out), objective=objective, trials=budget, minutes=minutes,
+                            guard=DEFAULT_GUARD if guard is None else guard, docs=docs, dataset=dataset, seed=seed,
+                            sampler=sampler, export=export, only=tuple(params), resume=resume)  # fmt: skip
+    config = model if not isinstance(model, str) else ModelConfig(model=model, device=device, dtype=dtype, attn=attn, backend=backend,
+                                                                   trust_remote_code=trust_remote_code)  # fmt: skip
+    if dry_run:
+        space = check(settings, config)
+        if console is not None:
+            show_plan(console, space, settings, trials_for(settings, space, config), config)
+        return None
+    return tune(settings, config, console)
+
+
 def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model: LoadedModel | None = None,
           show: bool = False) -> pd.DataFrame:  # fmt: skip
     """Run every job of a suite with the model loaded once, as `ctxbench sweep` does.

@@ -1062,3 +1062,79 @@ def say_readme_headline(path: str = X4) -> None:
          f"costs {min(ratios):.1f}-{max(ratios):.1f}x plain RoPE's perplexity inside the trained length; Self-Extend and Dual Chunk\n"
          f"Attention (`dca`) stay within {math.ceil(near * 100)}% of plain RoPE there"
          + (" and are the two best at 32k." if set(best) == {"self-extend", "dca"} else f"; the two best at 32k are {best[0]} and {best[1]}."))  # fmt: skip
+
+
+# ---- ctxbench tune (docs/tune.md) ----------------------------------------------------------------
+
+
+def tune_spaces(trained: int = 8192, target: int = 16384) -> None:
+    """Every tunable method's search space, from the registry: each dimension, its range at L = 8k and
+    T = 16k, and where the range comes from; and the methods without ranges."""
+    from ctxbench.methods import METHODS
+    from ctxbench.parsing import len_label
+    from ctxbench.tune.space import space_for, tunable_methods
+
+    rows = ["| method | dimension | range at L = 8k, T = 16k | from | rule |", "| --- | --- | --- | --- | --- |"]
+    for name in tunable_methods():
+        space = space_for(name, trained, target)
+        rule = METHODS[name].tune_rule
+        rule_text = _cell((rule.__doc__ or "").split("\n")[0].strip()) if rule else ""
+        for i, d in enumerate(space.dims):
+            rows.append(f"| {name if i == 0 else ''} | `{d.name}` | {_cell(d.text())} | {_cell(d.why)} | {rule_text if i == 0 else ''} |")
+    _out("\n".join(rows))
+    others = [n for n in METHODS if n not in tunable_methods()]
+    _out(f"\nWithout ranges (refused by `ctxbench tune`, with the reason): {', '.join(f'`{n}`' for n in others)}. "
+         f"Ranges shown for L = {len_label(trained)}, T = {len_label(target)}.")  # fmt: skip
+
+
+def tune_results(*dirs: str) -> None:
+    """Each committed search (``results/tune/<dir>/summary.json``, ``verdict.csv``, ``trials.csv``):
+    the command, its trials, the winner and the held-out verdict."""
+    for d in dirs:
+        root = ROOT / d
+        if not (root / "summary.json").is_file():
+            from ctxbench.tune.store import evaluations_in
+
+            n = evaluations_in(root / "trials.csv")
+            _out(f"#### `{d}`\n\nNot finished: the shared CPU's time ran out with {n} evaluation(s) in its `trials.csv`; "
+                 "the same command resumes it from there.\n")  # fmt: skip
+            continue
+        s = json.loads((root / "summary.json").read_text())
+        _out(f"#### `{s['method']}` at {s['target'] // 1024}k ({d})\n")
+        if s.get("command"):
+            _out(f"`{s['command']}`\n")
+        statuses = ", ".join(f"{k} {v}" for k, v in s["statuses"].items())
+        _out(f"{s['trials']} trial(s) ({statuses}); {s['evaluations_computed']} evaluations computed; "
+             f"{s['seconds'] / 60:.0f} min searching and judging, {s.get('loading_seconds', 0) / 60:.0f} min loading before. "
+             f"Winner: `{s['winner']['label']}` (objective {s['winner']['objective']:.4f}; defaults {s['defaults']['objective']:.4f}).\n")  # fmt: skip
+        rows = ["| new | base | at | Δ NLL (nats/token) | 95% interval | p | Holm p | units |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        with (root / "verdict.csv").open() as f:
+            for r in csv.DictReader(f):
+                delta, lo, hi = (float(r[k]) for k in ("delta", "lo", "hi"))
+                interval = f"[{lo:+.4f}, {hi:+.4f}]" if lo == lo else "—"
+                rows.append(f"| {r['new']} | {r['base']} | {r['where']} | {delta:+.4f} | {interval} | {float(r['p']):.3g} | "
+                            f"{float(r['p_adjusted']):.3g} | {r['n']} |")  # fmt: skip
+        _out("")
+        _out("\n".join(rows))
+        _out(f"\n**Verdict: {s['verdict']}.** Held out: {', '.join(s['held_out'])}.\n")
+        if (root / "trials.png").is_file():
+            _out(f"![{s['method']} trials](plots/tune-{root.name}.png)")
+            _out("")
+
+
+def tune_bench(*paths: str) -> None:
+    """The tables ``scripts/bench_tune.py`` wrote on its committed runs."""
+    for p in paths:
+        if (ROOT / p).is_file():
+            _out((ROOT / p).read_text().strip().replace("## bench_tune:", "#### bench_tune:") + "\n")
+
+
+def tune_guard(path: str = "results/ppl-smollm2-factor2.csv", length: int = 4096) -> None:
+    """What each method at factor 2 costs at L/2 against none (the committed ppl run): the numbers the
+    default ``--guard`` is set against."""
+    rows = list(csv.DictReader((ROOT / path).open()))
+    nll = {r.get("label") or r["method"]: float(r["value"]) for r in rows
+           if r["metric"] == "nll" and r["doc"] == "all" and int(float(r["length"])) == length and r["status"] == "ok"}  # fmt: skip
+    base = nll["none"]
+    parts = [f"`{m}` {v - base:+.3f}" for m, v in sorted(nll.items(), key=lambda kv: kv[1]) if m != "none"]
+    _out(f"NLL at {length // 1024}k (L/2) minus `none`'s, factor 2, nats/token ({path}): " + ", ".join(parts) + ".")

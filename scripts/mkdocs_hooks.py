@@ -1,6 +1,7 @@
 """mkdocs hooks: the committed result plots (``results/plots/*.png``) are served as ``plots/NAME.png``,
 so the results pages show the very files the README and ``ctxbench report --plot`` use, without a
-copy under ``docs/``; and a code span with a space in it (a command, a formula) gets the class
+copy under ``docs/``; ``ctxbench tune``'s committed plots (``results/tune/<search>/trials.png``) as
+``plots/tune-<search>.png``; and a code span with a space in it (a command, a formula) gets the class
 ``wrap``, so that in a table cell it may wrap at its spaces while an identifier never wraps
 (docs/stylesheets/extra.css)."""
 
@@ -14,9 +15,14 @@ from mkdocs.structure.files import File
 PLOTS = Path(__file__).resolve().parents[1] / "results" / "plots"
 
 
+TUNE = PLOTS.parent / "tune"  # ctxbench tune's committed searches: results/tune/<search>/trials.png
+
+
 def on_files(files, config):
     for png in sorted(PLOTS.glob("*.png")):
         files.append(File.generated(config, f"plots/{png.name}", abs_src_path=str(png)))
+    for png in sorted(TUNE.glob("*/trials.png")):  # served as plots/tune-<search>.png
+        files.append(File.generated(config, f"plots/tune-{png.parent.name}.png", abs_src_path=str(png)))
     return files
 
 

@@ -14,6 +14,7 @@ PACKAGE = ROOT / "ctxbench"
 LAYERS = [
     {"cli", "__main__"},
     {"api"},
+    {"tune"},
     {"runner"},
     {"report"},
     {"results"},

@@ -42,6 +42,7 @@ def test_the_pages_that_restate_code_have_their_blocks():
         "docs/backends.md": ["docgen.backend_methods(", "docgen.parity_summary(", "docgen.parity_table(", "docgen.backend_bench(",
                              "docgen.dtype_control("],
         "docs/cli.md": ["docgen.cli_reference("],
+        "docs/tune.md": ["docgen.tune_spaces(", "docgen.tune_guard(", "docgen.tune_results(", "docgen.tune_bench("],
         "docs/methods.md": ["docgen.methods_table(", "docgen.method_parameters(", "docgen.factor_free("],
         "docs/results-files.md": ["docgen.results_columns("],
         "docs/tasks.md": ["docgen.proxy_metrics("],

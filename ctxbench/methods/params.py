@@ -41,6 +41,37 @@ MOST_LAYER = 1023
 
 
 KINDS = ("float", "int", "length", "bool", "choice", "factors")
+TUNE_SCALES = ("log", "linear", "grid")
+
+
+@dataclass(frozen=True)
+class Tune:
+    """Where ``ctxbench tune`` searches a parameter, in terms of the model's trained length ``L`` and the
+    target length ``T`` (both in tokens): ``bounds(L, T) -> (low, high)``, searched uniformly on a
+    ``log`` or ``linear`` scale, or ``grid``: the whole numbers ``values(L, T)``. ``why`` says where the
+    range comes from (a paper's values, the method's own rule), for ``ctxbench tune --help`` and the docs."""
+
+    scale: str
+    why: str
+    bounds: Callable[[int, int], tuple[float, float]] | None = None
+    values: Callable[[int, int], tuple[int, ...]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.scale not in TUNE_SCALES:
+            raise ValueError(f"unknown tuning scale {self.scale!r} (scales: {', '.join(TUNE_SCALES)})")
+        if (self.scale == "grid") != (self.values is not None) or (self.scale != "grid") != (self.bounds is not None):
+            raise ValueError("a grid range gives values(L, T), a log or linear one bounds(L, T)")
+
+
+def tune_range(scale: str, why: str, low, high=None) -> Tune:
+    """A :class:`Tune` from plain numbers or functions of ``(L, T)``: ``tune_range("log", why, 4, 64)``,
+    ``tune_range("grid", why, lambda L, T: (L // 8, L // 4))``."""
+    def at(x):
+        return x if callable(x) else (lambda L, T: x)
+
+    if scale == "grid":
+        return Tune(scale, why, values=at(low))
+    return Tune(scale, why, bounds=lambda L, T: (float(at(low)(L, T)), float(at(high)(L, T))))
 
 
 @dataclass(frozen=True)
@@ -67,6 +98,7 @@ class Param:
     greater_than: str | None = None
     required: bool = False
     example: object = None
+    tune: Tune | None = None  # where ``ctxbench tune`` searches it; None: it is not tuned (kept at its default)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:  # a typo in a declaration would otherwise accept anything
@@ -221,23 +253,32 @@ _CHECKS = {"float": _check_float, "int": _check_int, "length": _check_length, "b
 
 
 # Parameters several methods share, declared once.
+# Tuning ranges of YaRN's betas: the paper's 32 and 1 (Llama 2) sit inside, and beta_slow's range ends
+# below beta_fast's, so that every point keeps beta_fast > beta_slow.
+TUNE_BETA_FAST = tune_range("log", "rotations in L: 8 to 64 around the YaRN paper's 32", 8, 64)
+TUNE_BETA_SLOW = tune_range("log", "rotations in L: 0.25 to 4 around the YaRN paper's 1 (below beta_fast's range)", 0.25, 4)
 BETA_FAST = Param("beta_fast", 32.0, "float", "rotations in L above which a pair is kept, not interpolated",
-                  low=0, low_inclusive=False, high=MOST_ROTATIONS, greater_than="beta_slow")  # fmt: skip
+                  low=0, low_inclusive=False, high=MOST_ROTATIONS, greater_than="beta_slow", tune=TUNE_BETA_FAST)  # fmt: skip
 BETA_SLOW = Param("beta_slow", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, low_inclusive=False,
-                  high=MOST_ROTATIONS)  # fmt: skip
+                  high=MOST_ROTATIONS, tune=TUNE_BETA_SLOW)  # fmt: skip
 WINDOW = Param("window", None, "length", "neighbours within w tokens keep exact positions; auto: L/4", low=1, high=MOST_LENGTH,
-               example="1k")  # fmt: skip
+               example="1k", tune=tune_range("grid", "L/16, L/8, L/4 (the default), L/2", lambda L, T: (L // 16, L // 8, L // 4, L // 2)))  # fmt: skip
 # ssmax's strength: Llama 4 ships 0.1; at 1 the query 16m tokens in is already scaled by 1 + ln(1 + 2^24), 17.6.
 ATTN_SCALE = Param("attn_scale", 0.1, "float", "strength: the query at p is scaled by 1 + attn_scale*ln(1+floor((p+1)/floor_scale))",
-                   low=0, high=1)
+                   low=0, high=1, tune=tune_range("linear", "0 (no scaling) to 0.5, around Llama 4's 0.1", 0, 0.5))
 FLOOR_SCALE = Param("floor_scale", 8192, "length", "tokens per step of the query scale (Llama 4: 8192, whatever L)", low=1,
                     high=MOST_LENGTH, example="8k")
 STRING_WINDOW = Param("window", None, "length", "S (the authors' shifted_offset): pairs at i - j < S keep exact positions, "
-                      "farther ones move down by S - W; auto: int(0.33*L)", low=1, high=MOST_LENGTH, example="1k")  # fmt: skip
+                      "farther ones move down by S - W; auto: int(0.33*L)", low=1, high=MOST_LENGTH, example="1k",
+                      tune=tune_range("grid", "L/8, L/4, the authors' int(0.33*L), L/2",
+                                      lambda L, T: (L // 8, L // 4, int(0.33 * L), L // 2)))  # fmt: skip
 STRING_LOCAL = Param("local_value", None, "length", "W: the relative position the farthest-shifted pairs start at (the authors' "
-                     "local_value; 128, 256 or 512 suggested); auto: 128, at most S/2", low=0, high=MOST_LENGTH, example=128)  # fmt: skip
+                     "local_value; 128, 256 or 512 suggested); auto: 128, at most S/2", low=0, high=MOST_LENGTH, example=128,
+                     tune=tune_range("grid", "the authors' suggested 128, 256 and 512, and 64", (64, 128, 256, 512)))  # fmt: skip
 DCA_CHUNK = Param("chunk_size", None, "length", "the authors' chunk_size: chunks hold chunk_size - local_window tokens and "
-                  "no relative position exceeds chunk_size; auto: 3L/4", low=1, high=MOST_LENGTH, example="3k")  # fmt: skip
+                  "no relative position exceeds chunk_size; auto: 3L/4", low=1, high=MOST_LENGTH, example="3k",
+                  tune=tune_range("grid", "L/2, 5L/8, 3L/4 (the authors' default), 7L/8",
+                                  lambda L, T: (L // 2, 5 * L // 8, 3 * L // 4, 7 * L // 8)))  # fmt: skip
 DCA_LOCAL = Param("local_window", None, "length", "the authors' local_window (vLLM's local_size): the first local_window + 1 "
                   "queries of a chunk see the previous chunk at their true distance; auto: L/8, at most chunk_size/2", low=0,
                   high=MOST_LENGTH, example=512)  # fmt: skip

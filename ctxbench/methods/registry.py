@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -89,10 +90,14 @@ from ctxbench.methods.params import (
     MOST_ROTATIONS,
     STRING_LOCAL,
     STRING_WINDOW,
+    TUNE_BETA_FAST,
+    TUNE_BETA_SLOW,
     WINDOW,
     Array,
     FreqFn,
     Param,
+    Tune,
+    tune_range,
 )
 from ctxbench.model.geometry import RopeGeometry
 from ctxbench.parsing import MOST_FACTOR
@@ -145,11 +150,52 @@ class Method:
     # fn(geom) -> whether it depends on the sequence length on this model (default: ``dynamic``)
     dynamic_on: Callable[[RopeGeometry], bool] | None = None
     exports: Exports = Exports()  # what ``ctxbench export`` writes for each engine, or why it cannot
+    # ``ctxbench tune``: where it searches the factor (None: the factor stays T/L), and fn(params, L, T)
+    # -> why a point of the search space is left out (the authors' rule), or None to keep it
+    tune_factor: Tune | None = None
+    tune_rule: Callable[[dict, int, int], str | None] | None = None
 
     @property
     def params(self) -> dict:
         """``{name: default}`` of the declared parameters (``None``: derived, or required)."""
         return {p.name: p.default for p in self.declared}
+
+
+# ``ctxbench tune``'s factor range: from T/L (every position up to T within s*L) to twice that.
+TUNE_FACTOR = tune_range("log", "T/L (positions up to T within s*L) to 2T/L", lambda L, T: T / L, lambda L, T: 2 * T / L)
+
+
+def _reaches_target(compression: str):
+    """The rule of the two-branch methods' authors: the window plus the far part compressed by
+    ``compression`` must cover the target, ``w + (L - w) * G >= T`` (Self-Extend, arXiv 2401.01325,
+    sec. 3: the longest context it extends to); a window of L or more leaves nothing to compress."""
+
+    def rule(params: dict, L: int, T: int) -> str | None:
+        window = params.get("window") or L // 4
+        if window >= L:
+            return f"window {window} >= L = {L}"
+        g = params.get(compression)
+        if g is not None and window + (L - window) * g < T:
+            return f"window + (L - window) * {compression} = {window + (L - window) * g:g} < T = {T}"
+        return None
+
+    rule.__doc__ = f"w + (L - w) * {compression} >= T (the authors' longest extended context)"
+    return rule
+
+
+def _string_rule(params: dict, L: int, T: int) -> str | None:
+    """local_value <= window/2 (STRING's own constraint, as ctxbench.methods.branches.string_params applies it)."""
+    window, local = params.get("window") or int(0.33 * L), params.get("local_value")
+    if local is not None and local > window // 2:
+        return f"local_value {local} > window/2 = {window // 2}"
+    return None
+
+
+def _dca_rule(params: dict, L: int, T: int) -> str | None:
+    """local_window < chunk_size (DCA's own constraint; the default local window is L/8, at most half the chunk)."""
+    chunk = params.get("chunk_size") or 3 * L // 4
+    local = params.get("local_window") or min(L // 8, chunk // 2)
+    return f"local_window {local} >= chunk_size/2" if local >= chunk else None
 
 
 METHODS: dict[str, Method] = {
@@ -159,9 +205,10 @@ METHODS: dict[str, Method] = {
     ),
     "linear": Method(
         "linear", linear_freqs, "theta_i / s", "Position Interpolation, arXiv 2306.15595",
-        exports=Exports(linear_rope, same_in_vllm, linear_flags),
+        exports=Exports(linear_rope, same_in_vllm, linear_flags), tune_factor=TUNE_FACTOR,
     ),
-    "ntk": Method("ntk", ntk_freqs, "base b*s^(d/(d-2))", "NTK-aware scaled RoPE (bloc97, 2023)", exports=rebased(_base_of_ntk)),
+    "ntk": Method("ntk", ntk_freqs, "base b*s^(d/(d-2))", "NTK-aware scaled RoPE (bloc97, 2023)", exports=rebased(_base_of_ntk),
+                  tune_factor=TUNE_FACTOR),
     "dynamic-ntk": Method(
         "dynamic-ntk", dynamic_ntk_freqs, "base b*(s*l/L-(s-1))^(d/(d-2)) when l > L",
         "Dynamic NTK (emozilla, 2023); transformers 'dynamic'", dynamic=True,
@@ -170,10 +217,11 @@ METHODS: dict[str, Method] = {
     "ntk-by-parts": Method(
         "ntk-by-parts", ntk_by_parts_freqs, "(1-g)*theta/s + g*theta, g=clamp((L/lambda-alpha)/(beta-alpha),0,1)",
         "YaRN paper sec. 3.2, arXiv 2309.00071", declared=(
-            Param("alpha", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, high=MOST_ROTATIONS),
+            Param("alpha", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, high=MOST_ROTATIONS,
+                  tune=TUNE_BETA_SLOW),
             Param("beta", 32.0, "float", "rotations in L above which a pair is kept", low=0, low_inclusive=False,
-                  high=MOST_ROTATIONS, greater_than="alpha"),
-        ),
+                  high=MOST_ROTATIONS, greater_than="alpha", tune=TUNE_BETA_FAST),
+        ), tune_factor=TUNE_FACTOR,
         exports=Exports.refused("its ramp is linear in L/lambda (the YaRN paper), not in the pair index as every engine's yarn"),
     ),  # fmt: skip
     "yarn": Method(
@@ -182,9 +230,11 @@ METHODS: dict[str, Method] = {
             BETA_FAST, BETA_SLOW,
             Param("truncate", True, "bool", "round the ramp's ends to whole pairs, as the YaRN paper and llama.cpp do"),
             Param("attention_factor", None, "float", "multiplies cos and sin; auto: 0.1*ln(s)+1", low=0, low_inclusive=False,
-                  high=MOST_ATTENTION_FACTOR, example=1.0),
+                  high=MOST_ATTENTION_FACTOR, example=1.0,
+                  tune=tune_range("linear", "1 (none) to 1 + 0.2 ln(2T/L): twice the slope of YaRN's 0.1 ln(s) + 1",
+                                  1.0, lambda L, T: 1.0 + 0.2 * math.log(2 * T / L))),
         ),
-        exports=Exports(yarn_rope, yarn_vllm, yarn_flags),
+        exports=Exports(yarn_rope, yarn_vllm, yarn_flags), tune_factor=TUNE_FACTOR,
     ),  # fmt: skip
     "dynamic-yarn": Method(
         "dynamic-yarn", dynamic_yarn_freqs, "yarn with s = max(1, l/L)", "YaRN repo (jquesnelle/yarn)",
@@ -195,10 +245,11 @@ METHODS: dict[str, Method] = {
         "llama3", llama3_freqs, "lambda > L/lo: theta/s; lambda < L/hi: theta; smooth between",
         "Llama 3.1, arXiv 2407.21783", declared=(
             Param("low_freq_factor", 1.0, "float", "wavelengths above L/low_freq_factor are divided by s", low=0, low_inclusive=False,
-                  high=MOST_ROTATIONS),
+                  high=MOST_ROTATIONS, tune=tune_range("log", "0.25 to 2 around Llama 3.1's 1 (below high_freq_factor's range)", 0.25, 2)),
             Param("high_freq_factor", 4.0, "float", "wavelengths below L/high_freq_factor are kept", low=0, low_inclusive=False,
-                  high=MOST_ROTATIONS, greater_than="low_freq_factor"),
-        ),
+                  high=MOST_ROTATIONS, greater_than="low_freq_factor",
+                  tune=tune_range("log", "2.5 to 32 around Llama 3.1's 4", 2.5, 32)),
+        ), tune_factor=TUNE_FACTOR,
         exports=Exports(llama3_rope, same_in_vllm,
                         "llama.cpp applies Llama 3.1 scaling from the GGUF file's rope_freqs tensor, written at conversion, not from flags"),
     ),  # fmt: skip
@@ -277,18 +328,22 @@ METHODS: dict[str, Method] = {
     "leaky-rerope": Method(
         "leaky-rerope", None, "p -> p if p < w else w + (p-w)/k", "Leaky ReRoPE (Su, 2023)",
         declared=(WINDOW, Param("k", None, "float", "slope 1/k beyond the window; auto: the least k that keeps s*L within L",
-                                low=1, high=MOST_FACTOR, example=2)),
-        attention=True, far=leaky_rerope_far, derive=leaky_rerope_params, exports=Exports.refused(ATTENTION_REFUSAL),
+                                low=1, high=MOST_FACTOR, example=2,
+                                tune=tune_range("log", "1 to 4T/L, kept where w + (L - w) k >= T", 1, lambda L, T: 4 * T / L))),
+        attention=True, far=leaky_rerope_far, tune_rule=_reaches_target("k"), derive=leaky_rerope_params, exports=Exports.refused(ATTENTION_REFUSAL),
     ),  # fmt: skip
     "self-extend": Method(
         "self-extend", None, "p < w: p; else q//G + w - w//G - k//G", "Self-Extend, arXiv 2401.01325",
         declared=(WINDOW, Param("group", None, "int", "G far positions share one; auto: the least G that keeps s*L within L",
-                                low=1, high=MOST_FACTOR, example=4)),
-        attention=True, far=self_extend_far, derive=self_extend_params, exports=Exports.refused(ATTENTION_REFUSAL),
+                                low=1, high=MOST_FACTOR, example=4,
+                                tune=tune_range("grid", "2 to 32 (the Self-Extend paper's groups), kept where the authors' "
+                                                "w + (L - w) G >= T holds", (2, 3, 4, 6, 8, 12, 16, 24, 32)))),
+        attention=True, far=self_extend_far, tune_rule=_reaches_target("group"), derive=self_extend_params, exports=Exports.refused(ATTENTION_REFUSAL),
     ),  # fmt: skip
     "string": Method(
         "string", None, "p < S: p; else p - S + W", "STRING, arXiv 2410.18745 (HKUNLP/STRING)",
         declared=(STRING_WINDOW, STRING_LOCAL), uses_factor=False, attention=True, far=string_far, derive=string_params,
+        tune_rule=_string_rule,
         exports=Exports(ATTENTION_REFUSAL,
                         ATTENTION_REFUSAL + " (the authors' vLLM fork, HKUNLP/STRING vllm_string, has a StringAttention "
                         "backend; stock vLLM does not)", ATTENTION_REFUSAL),
@@ -298,6 +353,7 @@ METHODS: dict[str, Method] = {
         "min(i mod c + c, chunk_size) (previous), min(2c-1, chunk_size) (earlier)",
         "Dual Chunk Attention, arXiv 2402.17463 (HKUNLP/ChunkLlama)",
         declared=(DCA_CHUNK, DCA_LOCAL), uses_factor=False, attention=True, branches=dca_branches, derive=dca_params,
+        tune_rule=_dca_rule,
         exports=Exports(DCA_REFUSAL.format(engine="transformers"), DCA_VLLM_REFUSAL, DCA_REFUSAL.format(engine="llama.cpp")),
     ),  # fmt: skip
     "ms-poe": Method(

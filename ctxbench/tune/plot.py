@@ -1,0 +1,70 @@
+"""The plot of a search: the objective of every trial in order (the best so far as a line), then one
+slice per searched dimension (each trial's objective against its value there; the defaults marked)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ctxbench.parsing import len_label
+
+MARKERS = {"complete": ("o", "C0"), "pruned": ("x", "C3"), "guarded": ("s", "C1"), "halved": ("^", "C7"), "stopped": ("v", "C7")}
+
+
+def _value(trial, dim: str, space):
+    params = dict(trial.candidate.params)
+    if dim == "factor":
+        return trial.candidate.factor
+    return params.get(dim)
+
+
+def plot_trials(trials: list, space, path: str | Path) -> Path:
+    """Write the figure to ``path``; trials without a value (stopped before any instance) are left out."""
+    from ctxbench.tasks.plots import pyplot
+
+    plt = pyplot()
+    shown = [t for t in trials if t.values]
+    dims = [d.name for d in space.dims]
+    fig, axes = plt.subplots(1, 1 + len(dims), figsize=(4.2 * (1 + len(dims)), 3.8), dpi=110, squeeze=False)
+    ax = axes[0][0]
+    best, line = math.inf, []
+    for t in shown:
+        marker, colour = MARKERS.get(t.status, ("o", "C0"))
+        ax.scatter([t.number], [t.objective], marker=marker, color=colour, s=28, zorder=3)
+        if t.status == "complete":
+            best = min(best, t.objective)
+        line.append((t.number, best))
+    pts = [(n, b) for n, b in line if math.isfinite(b)]
+    if pts:
+        ax.step([n for n, _ in pts], [b for _, b in pts], where="post", color="k", linewidth=1, label="best so far")
+    for status, (marker, colour) in MARKERS.items():
+        if any(t.status == status for t in shown):
+            ax.scatter([], [], marker=marker, color=colour, label=status)
+    ax.set_xlabel("trial (0 = published defaults)")
+    ax.set_ylabel(f"objective (mean NLL past L at {len_label(space.target)})")
+    ax.set_title(f"{space.method} at {len_label(space.target)}: objective by trial", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    defaults = trials[0] if trials else None
+    for i, dim in enumerate(dims, start=1):
+        ax = axes[0][i]
+        for t in shown:
+            x = _value(t, dim, space)
+            if x is None:  # the default (auto) value: marked at the left edge's text, not plotted
+                continue
+            marker, colour = MARKERS.get(t.status, ("o", "C0"))
+            ax.scatter([x], [t.objective], marker=marker, color=colour, s=28)
+        d = next(d for d in space.dims if d.name == dim)
+        if d.scale == "log":
+            ax.set_xscale("log")
+        if defaults is not None and defaults.values:
+            ax.axhline(defaults.objective, color="k", linestyle=":", linewidth=1, label="defaults")
+            ax.legend(fontsize=7)
+        ax.set_xlabel(dim)
+        ax.set_title(f"slice: {dim}", fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,461 @@
+"""``ctxbench tune``: one orchestration, shared by the CLI and the Python API.
+
+Checks everything a user can get wrong before anything loads (the method's space, the target against
+the model's trained length read from its config, the objective, the budget, the guard, the export
+engine, the output directory), prices the whole search (:mod:`ctxbench.runner.costmodel`), loads the
+model once (:class:`ctxbench.runner.grid.ModelConfig`), tokenises the documents once, splits them by
+hash into tuning and held-out ones, runs the search (:mod:`ctxbench.tune.search`) with every
+evaluation saved as it lands (:mod:`ctxbench.tune.store`), then the held-out verdict
+(:mod:`ctxbench.tune.verdict`), and writes the summary, the plot and the winner's settings.
+
+Files in ``--out DIR``: ``trials.csv`` (every evaluation and trial, with provenance; what a resumed
+search reads), ``verdict.csv`` (the six paired comparisons), ``summary.json`` (winner, its command,
+the verdict), ``trials.png`` (objective by trial, one slice per parameter), ``niah.toml`` (the
+suite that checks the winner's niah accuracy at ``T`` against the defaults').
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ctxbench.errors import UserError
+from ctxbench.parsing import len_label
+from ctxbench.tune.objective import parse_objective
+from ctxbench.tune.space import Space, space_for, split_instances
+
+DEFAULT_GUARD = 0.05  # nats/token at L/2 over none: docs/tune.md says why
+DEFAULT_DOCS = 4
+MOST_MINUTES = 7 * 24 * 60
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """Everything ``ctxbench tune`` takes, parsed (``trials`` and ``minutes``: the budget; either or both)."""
+
+    method: str
+    target: int
+    out: str
+    objective: str = "nll"
+    trials: int | None = None
+    minutes: float | None = None
+    guard: float = DEFAULT_GUARD
+    docs: int = DEFAULT_DOCS
+    dataset: str | None = None
+    split: str = "test"
+    text_column: str = "text"
+    seed: int = 0
+    sampler: str = "auto"  # auto (tpe when optuna is installed) | halving | tpe
+    export: str | None = None
+    only: tuple[str, ...] = ()
+    alpha: float = 0.05
+    resume: bool = True
+    chunk: int = 1024
+
+
+@dataclass
+class TuneOutcome:
+    space: Space
+    trials: list = field(default_factory=list)
+    winner: object = None
+    defaults: object = None
+    verdict: object = None
+    files: list = field(default_factory=list)
+    evaluations: int = 0
+    taken: int = 0
+    seconds: float = 0.0  # the search and its verdict (what --minutes bounds)
+    loading: float = 0.0  # loading the model and tokenising the documents, before
+    export_text: str = ""
+    niah_command: str = ""
+
+
+def parse_budget(trials, minutes) -> tuple[int | None, float | None]:
+    """``--budget N`` (trials, >= 1) and ``--minutes M`` (> 0); at least one."""
+    if trials is None and minutes is None:
+        raise UserError("give the search a budget", "pass --budget N (trials) or --minutes M")
+    if trials is not None and (isinstance(trials, bool) or int(trials) != trials or trials < 1):
+        raise UserError(f"--budget {trials} must be a whole number of trials >= 1", "e.g. --budget 12")
+    if minutes is not None and not (0 < minutes <= MOST_MINUTES and math.isfinite(minutes)):
+        raise UserError(f"--minutes {minutes:g} must be > 0 (and at most a week)", "e.g. --minutes 25")
+    return (int(trials) if trials is not None else None), minutes
+
+
+def check(settings: TuneSettings, config) -> Space:
+    """Every check that needs no weights: the space (from the model's config: its trained length), the
+    options, the output directory. Returns the space."""
+    from ctxbench.methods.export import _engine
+    from ctxbench.model.files import load_geometry
+
+    parse_objective(settings.objective)
+    parse_budget(settings.trials, settings.minutes)
+    if not (settings.guard >= 0 and math.isfinite(settings.guard)):
+        raise UserError(f"--guard {settings.guard} must be a number >= 0 (nats per token at L/2 over none)",
+                        f"e.g. --guard {DEFAULT_GUARD:g}")  # fmt: skip
+    if settings.sampler not in ("auto", "halving", "tpe"):
+        from ctxbench.errors import unknown
+
+        raise unknown("--sampler", settings.sampler, ("auto", "halving", "tpe"))
+    if settings.sampler == "tpe":
+        from ctxbench.tune.search import has_optuna
+
+        if not has_optuna():
+            raise UserError("--sampler tpe needs optuna", "pip install 'ctxbench[tune]', or use --sampler halving")
+    if settings.export is not None:
+        _engine(settings.export)
+    if settings.docs < 2:
+        raise UserError(f"--docs {settings.docs} must be >= 2 (one to tune on, one held out)", "e.g. --docs 4")
+    out = Path(settings.out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out '{settings.out}' is a file, not a directory", "give a directory, e.g. --out tune-yarn")
+    from ctxbench.methods import resolve
+
+    resolve(settings.method)  # an unknown method: did-you-mean, before the config is read
+    geom = load_geometry(config.model, config.trust_remote_code)  # the config alone: no weights
+    space = space_for(settings.method, geom.trained_len, settings.target, list(settings.only) or None)
+    config.check()  # the model's files and the backend, still without loading
+    for c in (space.defaults(),):
+        from ctxbench.methods.setting import check_derived
+
+        check_derived(space.setting(c), geom, c.factor, [settings.target])
+    return space
+
+
+@dataclass(frozen=True)
+class Price:
+    forwards_t: int
+    forwards_half: int
+    seconds: float
+    per_trial: float
+    fixed: float
+    basis: str
+    engine_starts: int
+
+
+def price(space: Space, settings: TuneSettings, trials: int, docs: int, config) -> Price:
+    """The whole search's cost before it starts: ``none`` at L/2 on the tuning documents, every trial
+    on every tuning instance at T (no pruning assumed: the most it can take), the three contenders
+    on the held-out ones. Seconds from the plan's throughput (:func:`ctxbench.runner.costmodel.rate_for_plan`)."""
+    from ctxbench.model.size import Flops, model_size
+    from ctxbench.runner.costmodel import rate_for_plan
+
+    held = max(1, round(0.5 * docs))
+    tune = docs - held
+    per_instance = 5 if settings.objective == "needle" else 1
+    size = model_size(config.model, config.trust_remote_code)
+    rate, basis, _ = rate_for_plan(config.device, config.dtype, config.model)
+    t, half = space.target, space.trained // 2
+
+    def secs(work: Flops) -> float:
+        return rate.seconds(work) if rate else math.nan
+
+    one_t = secs(size.forward_parts(t)) + (secs(size.forward_parts(half)) if settings.objective != "nll" else 0.0)
+    one_half = secs(size.forward_parts(half))
+    per_trial = tune * per_instance * one_t
+    fixed = tune * one_half + 3 * held * per_instance * one_t
+    return Price(trials * tune * per_instance + 3 * held * per_instance, tune, fixed + trials * per_trial, per_trial, fixed,
+                 basis, trials + 4)  # fmt: skip
+
+
+def trials_for(settings: TuneSettings, space: Space, config) -> int:
+    """Trials the budget allows: ``--budget``, else as many as ``--minutes`` prices (at least 2)."""
+    if settings.trials is not None:
+        return settings.trials
+    p = price(space, settings, 1, settings.docs, config)
+    if not math.isfinite(p.per_trial) or p.per_trial <= 0:
+        return 50
+    return max(2, int((settings.minutes * 60 - p.fixed) // p.per_trial))
+
+
+def tune(settings: TuneSettings, config, console=None) -> TuneOutcome:
+    """Run ``ctxbench tune``; ``config`` a :class:`ctxbench.runner.grid.ModelConfig` or a loaded model."""
+    import time
+
+    from ctxbench.runner.grid import ModelConfig
+
+    loaded = None if isinstance(config, ModelConfig) else config
+    if loaded is None:
+        space = check(settings, config)
+    else:
+        parse_budget(settings.trials, settings.minutes)
+        space = space_for(settings.method, loaded.geometry.trained_len, settings.target, list(settings.only) or None)
+    out = Path(settings.out).expanduser()
+    trials = settings.trials if settings.trials is not None else (trials_for(settings, space, config) if loaded is None else 50)
+    if console is not None and loaded is None:
+        show_plan(console, space, settings, trials, config)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    if loaded is None:
+        if console is not None:
+            with console.status(f"loading {config.model} ..."):
+                lm = config.load()
+        else:
+            lm = config.load()
+    else:
+        lm = loaded
+    try:
+        return _tune(lm, space, settings, trials, out, console, start)
+    finally:
+        if loaded is None and hasattr(lm, "close"):
+            lm.close()
+
+
+def _documents(lm, settings: TuneSettings, target: int) -> tuple[dict, str]:
+    """``({name: ids}, data digest)``: the first ``--docs`` documents of at least ``target`` tokens,
+    tokenised once (the token cache of :mod:`ctxbench.tasks.corpus`)."""
+    from ctxbench.tasks.corpus import Tokenized, load_corpus
+
+    corpus = load_corpus(settings.dataset, settings.split, settings.text_column)
+    tokens = Tokenized(corpus, lm.tokenizer)
+    chosen = tokens.select([target], settings.docs)[target]
+    docs = {corpus.names[i]: tokens[i] for i in chosen}
+    if len(docs) < 2:
+        raise UserError(f"'{corpus.name}' has {len(docs)} document(s) of {len_label(target)} tokens or more; tuning needs two "
+                        "(one to tune on, one held out)", "use a dataset with longer documents (--dataset), or a shorter --target")  # fmt: skip
+    digest = hashlib.sha256((corpus.digest + "|" + "|".join(docs)).encode()).hexdigest()[:16]
+    return docs, "sha256:" + digest
+
+
+def _provenance(lm, settings: TuneSettings, space: Space, data_digest: str, sampler: str) -> dict:
+    import platform  # noqa: F401  (kept light: versions only)
+
+    from ctxbench import backends
+    from ctxbench.version import __version__
+
+    try:
+        import torch
+        import transformers
+
+        tv, xv = torch.__version__, transformers.__version__
+    except ImportError:  # a fake model in tests without them
+        tv, xv = "", ""
+    from ctxbench.runner.grid import new_run_id
+
+    return {"run_id": new_run_id(), "model": lm.name, "model_digest": getattr(lm, "digest", ""), "data_digest": data_digest,
+            "backend": backends.of(lm).identity(lm), "device": str(getattr(lm, "device", "")), "dtype": str(getattr(lm, "dtype", "")),
+            "method": space.method, "trained_len": space.trained, "target": space.target, "objective": settings.objective,
+            "guard": settings.guard, "seed": settings.seed, "sampler": sampler, "ctxbench_version": __version__,
+            "torch_version": tv, "transformers_version": xv}  # fmt: skip
+
+
+def _tune(lm, space: Space, settings: TuneSettings, trials: int, out: Path, console, start: float) -> TuneOutcome:
+    from ctxbench.methods import resolve
+    from ctxbench.tune.objective import ModelObjective
+    from ctxbench.tune.search import Budget, Search, has_optuna
+    from ctxbench.tune.store import TrialsFile
+    from ctxbench.tune.verdict import decide
+
+    docs, data_digest = _documents(lm, settings, space.target)
+    loading, start = __import__("time").monotonic() - start, __import__("time").monotonic()  # --minutes counts from here
+    objective = ModelObjective(lm, docs, space.target, settings.objective, settings.chunk, settings.seed)
+    sampler = settings.sampler if settings.sampler != "auto" else ("tpe" if has_optuna() else "halving")
+    store = TrialsFile(out / "trials.csv", _provenance(lm, settings, space, data_digest, sampler), settings.resume)
+    tune_docs, held_docs = split_instances(list(docs), settings.seed)
+    doc_of = objective.needles if objective.name == "needle" else {n: (n, None) for n in objective.instances}
+    tuning = [i for i in objective.instances if doc_of[i][0] in tune_docs]
+    held = [i for i in objective.instances if doc_of[i][0] in held_docs]
+    if console is not None:
+        console.print(f"[dim]{len(docs)} documents of >= {len_label(space.target)} tokens: tuning on {', '.join(tune_docs)}; "
+                      f"held out: {', '.join(held_docs)} (split by hash, seed {settings.seed})[/]", highlight=False)  # fmt: skip
+    none = resolve("none")
+    outcome = TuneOutcome(space)
+
+    def evaluated(split, trial, candidate, label, factor, params, value):
+        store.evaluation(split, trial, candidate, label, factor, params, value)
+
+    # none's NLL at L/2 on the tuning documents: the guard's reference
+    cached = store.cached("tune")
+    guard_ref = {}
+    first = [i for i in tuning if ("none@L/2", i) not in cached]
+    for i in tuning:
+        if ("none@L/2", i) in cached:
+            guard_ref[i] = cached[("none@L/2", i)]
+    for value in objective.values(none, 1.0, first, guard_only=True) if first else ():
+        guard_ref[value.instance] = value
+        evaluated("tune", "none", "none@L/2", "none", 1.0, "{}", value)
+    seconds = None if settings.minutes is None else settings.minutes * 60 - (__import__("time").monotonic() - start)
+    progress = _Progress(console, trials)
+
+    def record(t, value):
+        evaluated("tune", t.number, t.candidate.key, t.label, t.candidate.factor, json.dumps(dict(t.candidate.params)), value)
+
+    def finish(t):
+        store.add([{"split": "tune", "kind": "trial", "trial": t.number, "candidate": t.candidate.key, "label": t.label,
+                    "factor": t.candidate.factor, "method_params": json.dumps(dict(t.candidate.params)),
+                    "instance": "|".join(v.instance for v in t.values), "value": t.objective if t.values else "",
+                    "guard_value": t.guard_value if t.values and t.values[0].guard else "",
+                    "tokens": sum(w for v in t.values for _, w in v.units), "seconds": round(sum(v.seconds for v in t.values), 3),
+                    "status": t.status, "reason": t.reason}])  # fmt: skip
+
+    search = Search(space, objective, tuning, Budget(trials, seconds), guard=settings.guard, guard_reference=guard_ref,
+                    seed=settings.seed, sampler=sampler, cached=cached, record=record, finish=finish,
+                    progress=progress.update, reserve=3 * len(held))  # fmt: skip
+    with progress:
+        outcome.trials = search.run()
+    outcome.evaluations, outcome.taken = search.computed, search.taken
+    best = search.best()
+    defaults = outcome.trials[0]
+    winner = best or defaults
+    outcome.winner, outcome.defaults = winner, defaults
+
+    # the verdict, on held-out instances only
+    cached = store.cached("heldout")
+    contenders = {"winner": winner, "defaults": defaults}
+    held_values = {}
+    for role, cand, setting, factor, label in (
+        ("winner", winner.candidate, space.setting(winner.candidate), winner.candidate.factor, winner.label),
+        ("defaults", defaults.candidate, space.setting(defaults.candidate), defaults.candidate.factor, defaults.label),
+        ("unscaled", None, none, 1.0, none.label),
+    ):
+        key = cand.key if cand is not None else "none"
+        if role == "defaults" and winner is defaults:
+            held_values[role] = held_values["winner"]
+            continue
+        values = [cached[(key, i)] for i in held if (key, i) in cached]
+        todo = [i for i in held if (key, i) not in cached]
+        params = json.dumps(dict(cand.params)) if cand is not None else "{}"
+        if console is not None and todo:
+            console.print(f"[dim]held out: {label} on {len(todo)} instance(s) ...[/]", highlight=False)
+        for value in objective.values(setting, factor, todo) if todo else ():
+            values.append(value)
+            evaluated("heldout", role, key, label, factor, params, value)
+        held_values[role] = sorted(values, key=lambda v: held.index(v.instance))
+    del contenders
+    outcome.verdict = decide(held_values["winner"], held_values["defaults"], held_values["unscaled"], same=winner is defaults,
+                             guard=settings.guard, alpha=settings.alpha, seed=settings.seed, target_name=len_label(space.target))  # fmt: skip
+    outcome.seconds, outcome.loading = __import__("time").monotonic() - start, loading
+    _write_outputs(outcome, out, settings, lm)
+    return outcome
+
+
+class _Progress:
+    """Trials done and the best value so far, on a rich progress bar (nothing without a console)."""
+
+    def __init__(self, console, total: int) -> None:
+        self.console, self.total, self.bar, self.task = console, total, None, None
+
+    def __enter__(self):
+        if self.console is not None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("tune"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                                TimeElapsedColumn(), console=self.console, transient=False)  # fmt: skip
+            self.bar.__enter__()
+            self.task = self.bar.add_task("defaults first", total=self.total)
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def update(self, search) -> None:
+        if self.bar is None:
+            return
+        best = search.best()
+        done = sum(1 for t in search.trials if t.status != "running")
+        text = f"best {best.objective:.4f} ({best.label})" if best else "defaults first"
+        self.bar.update(self.task, completed=min(done, self.total), description=text)
+
+
+def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) -> None:
+    import csv
+
+    space, verdict, winner = outcome.space, outcome.verdict, outcome.winner
+    with (out / "verdict.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["new", "base", "where", "delta", "lo", "hi", "p", "p_adjusted", "n"], lineterminator="\n")
+        w.writeheader()
+        for c in verdict.comparisons:
+            w.writerow({k: v for k, v in asdict(c).items()})
+    summary = {
+        "command": command_of(settings),
+        "method": space.method, "trained_len": space.trained, "target": space.target, "objective": settings.objective,
+        "guard": settings.guard, "winner": {"label": winner.label, "factor": winner.candidate.factor,
+                                            "params": dict(winner.candidate.params), "objective": winner.objective,
+                                            "command": space.command(winner.candidate)},
+        "defaults": {"label": outcome.defaults.label, "objective": outcome.defaults.objective},
+        "verdict": verdict.text, "deploy": verdict.deploy, "held_out": list(verdict.held_out),
+        "trials": len(outcome.trials), "statuses": {s: sum(1 for t in outcome.trials if t.status == s)
+                                                   for s in sorted({t.status for t in outcome.trials})},
+        "evaluations_computed": outcome.evaluations, "evaluations_resumed": outcome.taken, "seconds": round(outcome.seconds, 1),
+        "loading_seconds": round(outcome.loading, 1),
+    }  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    outcome.files += [out / "trials.csv", out / "verdict.csv", out / "summary.json"]
+    outcome.niah_command = niah_suite(outcome, out, lm)
+    outcome.files.append(out / "niah.toml")
+    try:
+        from ctxbench.tune.plot import plot_trials
+
+        outcome.files.append(plot_trials(outcome.trials, space, out / "trials.png"))
+    except ImportError:  # matplotlib is part of the install; a stripped environment still gets the CSV
+        pass
+    if settings.export:
+        from ctxbench.methods.export import export
+
+        model = getattr(lm, "source", None) or lm.name
+        outcome.export_text = export(space.method, winner.candidate.factor, settings.export, model=model,
+                                     params=dict(winner.candidate.params))  # fmt: skip
+
+
+def command_of(settings: TuneSettings) -> str:
+    """The ``ctxbench tune`` command line of these settings (what summary.json records)."""
+    parts = [f"ctxbench tune --method {settings.method} --target {len_label(settings.target)}"]
+    if settings.objective != "nll":
+        parts.append(f"--objective {settings.objective}")
+    if settings.trials is not None:
+        parts.append(f"--budget {settings.trials}")
+    if settings.minutes is not None:
+        parts.append(f"--minutes {settings.minutes:g}")
+    if settings.guard != DEFAULT_GUARD:
+        parts.append(f"--guard {settings.guard:g}")
+    parts.append(f"--docs {settings.docs}")
+    if settings.dataset:
+        parts.append(f"--dataset {settings.dataset}")
+    if settings.only:
+        parts.append(f"--params {','.join(settings.only)}")
+    if settings.export:
+        parts.append(f"--export {settings.export}")
+    return " ".join(parts + [f"--out {settings.out}"])
+
+
+def niah_suite(outcome: TuneOutcome, out: Path, lm) -> str:
+    """Write ``niah.toml``: the winner against the defaults in niah at T (RULER protocol), and return
+    the command that runs it and ranks them."""
+    space, winner, defaults = outcome.space, outcome.winner, outcome.defaults
+    factors = sorted({winner.candidate.factor, defaults.candidate.factor})
+
+    def entry(t, label):
+        params = ", ".join(f"{k} = {json.dumps(v)}" for k, v in t.candidate.params)
+        return f'[[methods]]\nname = "{space.method}"\nlabel = "{label}"\n' + (f"params = {{ {params} }}\n" if params else "")
+
+    text = (f"# ctxbench tune: the winner against the defaults in niah at {len_label(space.target)} (RULER protocol)\n"
+            f'description = "tuned {space.method} vs its defaults, niah at {len_label(space.target)}"\n'
+            f'model = "{lm.name}"\nseed = 0\n\n' + entry(winner, "tuned") + "\n" + entry(defaults, "defaults") + "\n"
+            f'[niah]\nfactors = [{", ".join(f"{f:g}" for f in factors)}]\nlengths = ["{len_label(space.target)}"]\n'
+            "protocol = \"ruler\"\ntrials = 40\n")  # fmt: skip
+    (out / "niah.toml").write_text(text)
+    csv_path = out / "niah.csv"
+    return (f"ctxbench sweep {out / 'niah.toml'} --out {csv_path} && "
+            f"ctxbench rank {csv_path} --len {len_label(space.target)} --task niah")
+
+
+def show_plan(console, space: Space, settings: TuneSettings, trials: int, config) -> None:
+    """The whole search priced before it starts."""
+    from rich.table import Table
+
+    p = price(space, settings, trials, settings.docs, config)
+    table = Table(title=f"tune {space.method} for {len_label(space.target)} on {config.model} (L = {len_label(space.trained)}; "
+                        f"rough cost: {p.basis})")  # fmt: skip
+    for col in ("dimension", "range", "from"):
+        table.add_column(col)
+    for d in space.dims:
+        table.add_row(d.name, d.text(), d.why)
+    console.print(table)
+    minutes = f"{p.seconds / 60:,.0f} min" if math.isfinite(p.seconds) else "unknown (throughput not measured yet)"
+    console.print(f"plan: {trials} trial(s), published defaults first; at most {p.forwards_t} forwards at "
+                  f"{len_label(space.target)} and {p.forwards_half} at {len_label(space.trained // 2)} (no pruning assumed): ~{minutes}"
+                  + (f"; --minutes {settings.minutes:g} stops it sooner" if settings.minutes else ""), highlight=False)  # fmt: skip
+    if config.backend != "hf":
+        console.print(f"[dim]{config.backend}: about {p.engine_starts} engine start(s), one per trial and contender[/]", highlight=False)
