@@ -581,7 +581,7 @@ def export(
     sys.stdout.write(text + "\n")
 
 
-@app.command()
+@app.command(short_help="Search a method's parameters for this model at --target; a paired held-out verdict against the defaults and none.")
 def tune(
     method: str = typer.Option(..., "--method", help="the method to tune: one whose parameters declare tuning ranges, e.g. yarn, self-extend, llama3, string, dca"),
     target: str = typer.Option(..., "--target", "-t", help="the length to deploy at, past the model's trained length L, e.g. 16k"),

@@ -198,8 +198,10 @@ def tune(settings: TuneSettings, config, console=None) -> TuneOutcome:
     try:
         return _tune(lm, space, settings, trials, out, console, start)
     finally:
-        if loaded is None and hasattr(lm, "close"):
-            lm.close()
+        if loaded is None:
+            from ctxbench import backends
+
+            backends.of(lm).close(lm)  # what this search started (an engine), shut down with it
 
 
 def _documents(lm, settings: TuneSettings, target: int) -> tuple[dict, str]:
@@ -233,8 +235,8 @@ def _provenance(lm, settings: TuneSettings, space: Space, data_digest: str, samp
         tv, xv = "", ""
     from ctxbench.runner.grid import new_run_id
 
-    return {"run_id": new_run_id(), "model": lm.name, "model_digest": getattr(lm, "digest", ""), "data_digest": data_digest,
-            "backend": backends.of(lm).identity(lm), "device": str(getattr(lm, "device", "")), "dtype": str(getattr(lm, "dtype", "")),
+    return {"run_id": new_run_id(), "model": lm.name, "model_digest": lm.digest, "data_digest": data_digest,
+            "backend": backends.of(lm).identity(lm), "device": str(lm.device), "dtype": str(lm.dtype),
             "method": space.method, "trained_len": space.trained, "target": space.target, "objective": settings.objective,
             "guard": settings.guard, "seed": settings.seed, "sampler": sampler, "ctxbench_version": __version__,
             "torch_version": tv, "transformers_version": xv}  # fmt: skip
@@ -394,7 +396,7 @@ def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) 
     if settings.export:
         from ctxbench.methods.export import export
 
-        model = getattr(lm, "source", None) or lm.name
+        model = lm.name
         outcome.export_text = export(space.method, winner.candidate.factor, settings.export, model=model,
                                      params=dict(winner.candidate.params))  # fmt: skip
 
