@@ -271,7 +271,8 @@ def headline_ppl(path: str = "results/ppl-smollm2-x4-1k-32k.csv") -> None:
             v = "" if c is None else f"{c['value']:.4g}"
             cells.append(f"**{v}**" if c is not None and c["value"] == best.get(n) else v)
         name = f"`{row['method']}`" if "(" in row["method"] else row["method"]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_length(row['effective_length'])} |")
+        eff = ("≥" if row.get("effective_all_pass") else "") + _length(row["effective_length"])  # ≥: every length passed
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {eff} |")
     _out("\n".join(lines))
 
 
@@ -555,3 +556,49 @@ def backend_bench(path: str = "results/backend-bench.md") -> None:
         text += "\n\nPer trial, the same answer text and the same score (two different wrong answers both score 0): " + "; ".join(
             f"{task} {same}/{n} same answers, {scored}/{n} same score" for task, (same, scored, n) in per.items()) + "."
     _out(text)
+
+
+# --- the README's commands, with what their plans cost ----------------------------------------------
+
+COMMANDS = (
+    ("ctxbench ppl --method ntk --factor 4", "perplexity at L/2, L, 2L, 4L of the trained length L"),
+    ("ctxbench passkey --method none,yarn --factor 2 --len 12k --depths 0.5",
+     "passkey at 12k, past the trained 8k: the committed run has plain RoPE 0/4, yarn 4/4"),
+    ("ctxbench niah --variant single_1 --len 4k,8k", "a RULER task: needle in a haystack"),
+    ("ctxbench sweep nightly", "a built-in suite by name: a whole grid, resumable"),
+    ("ctxbench sweep tasks/nightly.toml", "... or a suite file by path"),
+)
+ABOUT = re.compile(r"about (\d+) (s|min)\b")
+ESTIMATED = re.compile(r"this run is estimated at (\d+) (s|min)\b")
+
+
+def planned_seconds(command: str) -> float:
+    """What ``COMMAND --dry-run`` plans, in seconds, at the cost model's reference throughput of a
+    2-core CPU in float32 (an empty cache: no throughput measured on this machine; device and dtype
+    pinned, so the page is the same on every machine)."""
+    args = command.split()[1:]
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**ENV, "CTXBENCH_CACHE": cache}
+        extra = [] if args[0] == "sweep" else ["--device", "cpu", "--dtype", "float32"]
+        proc = subprocess.run([sys.executable, "-m", "ctxbench", *args, *extra, "--dry-run"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+    text = " ".join(proc.stdout.split())
+    if proc.returncode != 0 or "2-core CPU" not in text:
+        raise RuntimeError(f"{command} --dry-run did not plan at the reference throughput:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    total = ESTIMATED.search(text)
+    found = [total] if total else list(ABOUT.finditer(text))  # a suite's total, else each job's plan
+    return sum(float(m.group(1)) * (60 if m.group(2) == "min" else 1) for m in found)
+
+
+def _planned(seconds: float) -> str:
+    return f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s"
+
+
+def commands() -> None:
+    """The README's example commands, each with its planned cost (``--dry-run``, a 2-core CPU)."""
+    with ThreadPoolExecutor(4) as pool:
+        costs = list(pool.map(planned_seconds, [c for c, _ in COMMANDS]))
+    width = max(len(c) for c, _ in COMMANDS) + 2
+    lines = ["```"] + [f"{c:<{width}}# {why} ({_planned(s)})" for (c, why), s in zip(COMMANDS, costs)]
+    lines += [f"{'ctxbench compare results/baseline-nightly.csv new.csv':<{width}}# in CI: exit 1 when a cell got worse (seconds)", "```"]
+    _out("\n".join(lines))
