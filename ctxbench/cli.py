@@ -427,7 +427,7 @@ def compare(
             status = f"[{style}]{c.status}[/]" if style else c.status
             task = k["task"] + (f" {k['variant']}" if k.get("variant") else "")
             table.add_row(task, k["label"], k["factor"] or "any", k["length"], k["depth"] or "—", k["metric"],
-                          show(c.base, c.base_ci, c.key["metric"]), show(c.new, c.new_ci, c.key["metric"]), pct(c), status, c.reason)  # fmt: skip
+                          show(c.base, c.base_ci, c.key["metric"], c.base_all_pass), show(c.new, c.new_ci, c.key["metric"], c.new_all_pass), pct(c), status, c.reason)  # fmt: skip
         console.print(table)
         for note in notes:
             console.print(f"[yellow]note:[/] {note}")

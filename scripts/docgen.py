@@ -276,7 +276,8 @@ def headline_ppl(path: str = "results/ppl-smollm2-x4-1k-32k.csv") -> None:
             v = "" if c is None else f"{c['value']:.4g}"
             cells.append(f"**{v}**" if c is not None and c["value"] == best.get(n) else v)
         name = f"`{row['method']}`" if "(" in row["method"] else row["method"]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_length(row['effective_length'])} |")
+        eff = ("≥" if row.get("effective_all_pass") else "") + _length(row["effective_length"])  # ≥: every length passed
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {eff} |")
     _out("\n".join(lines))
 
 
@@ -1138,3 +1139,71 @@ def tune_guard(path: str = "results/ppl-smollm2-factor2.csv", length: int = 4096
     base = nll["none"]
     parts = [f"`{m}` {v - base:+.3f}" for m, v in sorted(nll.items(), key=lambda kv: kv[1]) if m != "none"]
     _out(f"NLL at {length // 1024}k (L/2) minus `none`'s, factor 2, nats/token ({path}): " + ", ".join(parts) + ".")
+
+
+# --- the README's commands, with what their plans cost ----------------------------------------------
+
+COMMANDS = (
+    ("ctxbench ppl --method ntk --factor 4", "perplexity at L/2, L, 2L, 4L of the trained length L"),
+    ("ctxbench passkey --method none,yarn --factor 2 --len 12k --depths 0.5", "passkey past the trained 8k, where methods differ ({passkey})"),
+    ("ctxbench niah --variant single_1 --len 4k,8k", "a RULER task: needle in a haystack"),
+    ("ctxbench sweep nightly", "a built-in suite by name: a whole grid, resumable"),
+    ("ctxbench sweep tasks/nightly.toml", "... or a suite file by path"),
+)
+ABOUT = re.compile(r"about (\d+) (s|min)\b")
+ESTIMATED = re.compile(r"this run is estimated at (\d+) (s|min)\b")
+
+
+def planned_seconds(command: str) -> float:
+    """What ``COMMAND --dry-run`` plans, in seconds, at the cost model's reference throughput of a
+    2-core CPU in float32 (an empty cache: no throughput measured on this machine; device and dtype
+    pinned, so the page is the same on every machine)."""
+    args = command.split()[1:]
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**ENV, "CTXBENCH_CACHE": cache}
+        extra = [] if args[0] == "sweep" else ["--device", "cpu", "--dtype", "float32"]
+        proc = subprocess.run([sys.executable, "-m", "ctxbench", *args, *extra, "--dry-run"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+    text = " ".join(proc.stdout.split())
+    if proc.returncode != 0 or "2-core CPU" not in text:
+        raise RuntimeError(f"{command} --dry-run did not plan at the reference throughput:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    total = ESTIMATED.search(text)
+    found = [total] if total else list(ABOUT.finditer(text))  # a suite's total, else each job's plan
+    return sum(float(m.group(1)) * (60 if m.group(2) == "min" else 1) for m in found)
+
+
+def _planned(seconds: float) -> str:
+    return f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{seconds:.0f} s"
+
+
+def _passkey_12k(path: str = "results/baseline-nightly.csv") -> str:
+    """What the committed nightly baseline scored on the passkey cells the README's example runs."""
+    right: dict[str, list[int]] = {}
+    with open(ROOT / path, newline="") as f:
+        for r in csv.DictReader(f):
+            factor_ok = r["method"] == "none" or (r["factor"] and float(r["factor"]) == 2)  # plain RoPE has no factor
+            if (r["task"], r["metric"], r["length"], r["depth"]) == ("passkey", "correct", "12288", "0.5") and factor_ok:
+                right.setdefault(r["method"], []).append(int(float(r["value"])))
+    if set(right) != {"none", "yarn"}:
+        raise RuntimeError(f"{path}: no passkey none/yarn cells at 12k, factor 2, depth 0.5")
+    return f"committed: none {sum(right['none'])}/{len(right['none'])}, yarn {sum(right['yarn'])}/{len(right['yarn'])} in {path}"
+
+
+def commands() -> None:
+    """The README's example commands, each under a comment with its planned cost (``--dry-run``, a 2-core CPU)."""
+    with ThreadPoolExecutor(4) as pool:
+        costs = list(pool.map(planned_seconds, [c for c, _ in COMMANDS]))
+    lines = ["```"]
+    for (command, why), seconds in zip(COMMANDS, costs, strict=True):
+        lines += [f"# {why.format(passkey=_passkey_12k()) if '{' in why else why}: {_planned(seconds)}", command]
+    lines += ["# in CI: exit 1 when a cell got worse; seconds", "ctxbench compare results/baseline-nightly.csv new.csv", "```"]
+    _out("\n".join(lines))
+
+
+QUICKSTART_COMMAND = "ctxbench ppl --method none,ntk,yarn --factor 2 --len 1k,2k,4k --docs 2"
+
+
+def quickstart_cost() -> None:
+    """The Quickstart run's planned cost, as a sentence."""
+    _out(f"The run plans {_planned(planned_seconds(QUICKSTART_COMMAND))} on a 2-core CPU (`--dry-run` prints any command's plan and stops); "
+         "the first set-up takes a few minutes more.")

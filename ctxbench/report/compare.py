@@ -42,7 +42,7 @@ from ctxbench.errors import UserError
 from ctxbench.parsing import len_label
 from ctxbench.report.effective import check_threshold
 from ctxbench.report.formats import pivots
-from ctxbench.report.pivot import Headline, headline_of
+from ctxbench.report.pivot import Headline, effective_all_pass, headline_of
 from ctxbench.results.identity import SETTING, VIEW, table_view_key
 from ctxbench.results.store import load_results
 from ctxbench.tasks import registry
@@ -63,6 +63,8 @@ class Change:
     reason: str = ""
     base_ci: tuple | None = None
     new_ci: tuple | None = None
+    base_all_pass: bool = False  # an effective length that is the longest length measured: shown as ≥
+    new_all_pass: bool = False
 
     @property
     def delta(self) -> float | None:
@@ -317,18 +319,18 @@ def _effective_changes(base_records, new_records, tasks, threshold, across_dtype
         for p in pivots(records, tasks, threshold=threshold, check=False):  # compare checked each file, naming it
             dtype = "" if across_dtypes or not p.key else p.key[SETTING.index("dtype")]
             for label, eff in p.effective.items():
-                out[(p.model, p.task, p.variant, p.setting, label, p.factor, dtype)] = eff
+                out[(p.model, p.task, p.variant, p.setting, label, p.factor, dtype)] = eff, effective_all_pass(p, label)
         return out
 
     base, new = lengths(base_records), lengths(new_records)
     changes = []
     for key in sorted(base.keys() & new.keys(), key=lambda k: tuple(map(str, k))):
-        b, n = base[key], new[key]
+        (b, b_all), (n, n_all) = base[key], new[key]
         info = dict(model=key[0], task=key[1], variant=key[2], label=key[4], factor=key[5], length="", depth="", metric="effective_length")
         if b is not None and (n is None or n < b):
-            changes.append(Change(info, b, n, "worse", f"effective length shrank from {b} to {n or 'none'}"))
+            changes.append(Change(info, b, n, "worse", f"effective length shrank from {b} to {n or 'none'}", base_all_pass=b_all, new_all_pass=n_all))
         else:
-            changes.append(Change(info, b, n, "better" if (n or 0) > (b or 0) else "ok"))
+            changes.append(Change(info, b, n, "better" if (n or 0) > (b or 0) else "ok", base_all_pass=b_all, new_all_pass=n_all))
     return changes
 
 
@@ -348,18 +350,18 @@ def to_markdown(changes: list[Change], notes: list[str], rtol: float, strict: bo
         flag = c.status in BAD or (strict and c.status == "changed")
         lines.append("| " + " | ".join([
             c.key["task"] + (f" {c.key['variant']}" if c.key.get("variant") else ""), c.key["label"], c.key["factor"] or "any",
-            c.key["length"], c.key["depth"] or "—", c.key["metric"], fmt(c.base, c.base_ci, c.key["metric"]), fmt(c.new, c.new_ci, c.key["metric"]), pct(c),
+            c.key["length"], c.key["depth"] or "—", c.key["metric"], fmt(c.base, c.base_ci, c.key["metric"], c.base_all_pass), fmt(c.new, c.new_ci, c.key["metric"], c.new_all_pass), pct(c),
             ("**" + c.status + "**") if flag else c.status, c.reason,
         ]) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
-def fmt(value: float | None, ci: tuple | None = None, metric: str = "") -> str:
+def fmt(value: float | None, ci: tuple | None = None, metric: str = "", all_pass: bool = False) -> str:
+    """A compared value; an effective length that is the longest length measured reads ``≥16k``."""
     if value is None:
         return "—"
     if metric == "effective_length":
-
-        return len_label(int(value))
+        return ("≥" if all_pass else "") + len_label(int(value))
     text = f"{value:.4g}"
     return text + (f" [{ci[0]:.4g}–{ci[1]:.4g}]" if ci else "")
 

@@ -18,7 +18,15 @@ import math
 
 from ctxbench.report.effective import annotate
 from ctxbench.report.paired import compare_labels
-from ctxbench.report.pivot import Pivot, add_paired, build, fmt_effective, fmt_value, len_label
+from ctxbench.report.pivot import (
+    Pivot,
+    add_paired,
+    build,
+    effective_all_pass,
+    fmt_effective,
+    fmt_value,
+    len_label,
+)
 from ctxbench.report.rulerscore import CSV_FIELDS, FAMILIES, csv_fields, rich_table, suites, to_dict
 
 
@@ -80,6 +88,7 @@ def _long_rows(ps: list[Pivot], suites=()) -> list[dict]:
                     n=None if c is None else c.n, change=None if c is None else c.change,
                     effective_length=p.effective.get(label) if p.effective else None,
                     effective_lo=(p.effective_ci.get(label) or (None, None))[0], effective_hi=(p.effective_ci.get(label) or (None, None))[1],
+                    effective_all_pass=effective_all_pass(p, label) if p.effective.get(label) else None,
                     **{k: None if c is None else getattr(c, k) for k in ("delta", "delta_lo", "delta_hi", "p_value", "p_holm", "paired_n")},
                     setting=p.setting,
                 ))  # fmt: skip
@@ -95,7 +104,7 @@ def to_csv(ps: list[Pivot]) -> str:
     suites = ruler_suites(ps)
     buf = io.StringIO()
     fields = ["model", "task", "variant", "factor", "metric", "method", "length", "value", "lo", "hi", "n", "change", "effective_length",
-              "effective_lo", "effective_hi",
+              "effective_lo", "effective_hi", "effective_all_pass",
               "delta", "delta_lo", "delta_hi", "p_value", "p_holm", "paired_n", "setting"]  # fmt: skip
     fields += CSV_FIELDS if suites else []
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
@@ -113,6 +122,7 @@ def to_json(ps: list[Pivot]) -> str:
             higher_is_better=p.higher_is_better, lengths=p.lengths,
             rows=[dict(method=label, effective_length=p.effective.get(label) if p.effective else None,
                        effective_interval=list(p.effective_ci[label]) if label in p.effective_ci else None,
+                       effective_all_pass=effective_all_pass(p, label) if p.effective.get(label) else None,
                        cells={str(n): {k: v for k, v in vars(c).items() if k != "source"} for n, c in cells.items()})
                   for label, cells in p.rows.items()],
         ))  # fmt: skip

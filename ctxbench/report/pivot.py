@@ -360,10 +360,19 @@ def add_paired(ps: list[Pivot], comparisons) -> None:
                 cell.p_value, cell.p_holm, cell.paired_n = c.p, c.p_holm, c.n
 
 
-def fmt_effective(p: Pivot, label: str) -> str:
-    """``8k [4k–16k]``: a method's effective length and its 95% bootstrap interval."""
+def effective_all_pass(p: Pivot, label: str) -> bool:
+    """Whether a method's effective length is the longest length it was measured at: every length
+    passed, so the effective length is at least that, not a limit found."""
     eff = p.effective.get(label)
-    text = len_label(eff) if eff else "—"
+    measured = [n for n, c in p.rows.get(label, {}).items() if not math.isnan(c.value)]
+    return bool(eff) and bool(measured) and eff == max(measured)
+
+
+def fmt_effective(p: Pivot, label: str) -> str:
+    """``8k [4k–16k]``: a method's effective length and its 95% bootstrap interval; ``≥16k`` where
+    every length passed and 16k is the longest measured (as RULER's ``>128K``: a bound, not a limit)."""
+    eff = p.effective.get(label)
+    text = ("≥" if effective_all_pass(p, label) else "") + len_label(eff) if eff else "—"
     ci = p.effective_ci.get(label)
     if ci is not None and ci != (eff, eff):
         text += f" [{len_label(ci[0]) if ci[0] else '—'}–{len_label(ci[1]) if ci[1] else '—'}]"

@@ -75,3 +75,36 @@ def test_a_method_measured_at_one_length_has_no_effective_length(tmp_path):
     annotate([p])
     assert p.effective["yarn"] == 16384
     assert p.effective.get("yarn+ssmax") is None and "yarn+ssmax" not in p.effective_ci
+
+
+def _two_methods():
+    from ctxbench.report.effective import annotate
+    from ctxbench.report.pivot import Pivot
+
+    p = Pivot("m", "niah", "single_1", "2", "accuracy", True, [2048, 4096, 8192], fraction=True)
+    p.rows = {"passes": {n: _trials(n, 10) for n in p.lengths}, "breaks": {2048: _trials(2048, 10), 4096: _trials(4096, 10),
+                                                                            8192: _trials(8192, 2)}}  # fmt: skip
+    annotate([p])
+    return p
+
+
+def test_an_effective_length_at_the_longest_length_measured_reads_as_at_least_that_length():
+    """Every length passed: 8k is only the longest tested, so it reads ≥8k, not as a limit; a method
+    that broke at 8k has a limit, 4k, shown bare."""
+    from ctxbench.report.pivot import fmt_effective
+
+    p = _two_methods()
+    assert (p.effective["passes"], p.effective["breaks"]) == (8192, 4096)
+    assert (fmt_effective(p, "passes"), fmt_effective(p, "breaks")) == ("≥8k", "4k")
+
+
+def test_the_at_least_flag_is_in_the_csv_and_json_reports():
+    import json
+
+    from ctxbench.report.formats import to_csv, to_json
+
+    p = _two_methods()
+    rows = {r["method"]: r["effective_all_pass"] for r in csv.DictReader(io.StringIO(to_csv([p])))}
+    assert rows == {"passes": "True", "breaks": "False"}
+    pivot = json.loads(to_json([p]))[0]  # then RULER's suite score (niah is a RULER task)
+    assert {r["method"]: r["effective_all_pass"] for r in pivot["rows"]} == {"passes": True, "breaks": False}
