@@ -184,7 +184,7 @@ def _reaches_target(compression: str):
 
 
 def _string_rule(params: dict, L: int, T: int) -> str | None:
-    """local_value <= window/2 (STRING's own constraint, as ctxbench.methods.branches.string_params applies it)."""
+    """local_value <= window/2 (STRING's own constraint, as STRING's parameters are checked when a setting resolves)."""
     window, local = params.get("window") or int(0.33 * L), params.get("local_value")
     if local is not None and local > window // 2:
         return f"local_value {local} > window/2 = {window // 2}"
