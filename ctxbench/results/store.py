@@ -439,8 +439,10 @@ class ResultsFile:
     """
 
     def __init__(self, path: str | Path, resume: bool = True) -> None:
+        check_writable(path)  # named as the user wrote it, as the dry run names it
         self.path = target(path)
-        check_writable(self.path)
+        if self.path != expand_path(path):  # through a link: where the rows go must be writable too
+            check_writable(self.path)
         self._lock = FileLock(str(lock_path(self.path)), timeout=LOCK_TIMEOUT)
         self._mutex = threading.RLock()
         self._held = None  # the version of the file we know, kept open
