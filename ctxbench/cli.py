@@ -119,7 +119,7 @@ def _task_command(task) -> None:
     command.__signature__ = inspect.Signature(params)
     command.__doc__ = task.help
     command.__name__ = task.name
-    app.command(name=task.name, help=task.help)(command)
+    app.command(name=task.name, help=task.help, short_help=_summary(task.help))(command)
 
 
 def _run_task_command(task, values: dict) -> None:
@@ -643,6 +643,13 @@ def data_fetch(name: str = typer.Argument(..., help="ruler: RULER's SQuAD, Hotpo
     console.print(f"{name}: {got.path} ({got.size / 1e6:.1f} MB) holds {', '.join(f.rsplit('/', 1)[-1] for f in got.files)}; "
                   "use --qa-data ruler (qa) and --haystack essays (niah). Licences: SQuAD and HotpotQA CC BY-SA 4.0, the "
                   "essays none stated; see docs/real-data.md", markup=False, highlight=False)  # fmt: skip
+
+
+def _summary(help_text: str, width: int = 110) -> str | None:
+    """A task's one-line summary in ``ctxbench --help``: its help, or the clause before its first
+    parenthesis where the whole would not fit beside the command's name (Click would cut it with '...')."""
+    text = " ".join(help_text.split())
+    return None if len(text) <= width else text.split(" (", 1)[0].rstrip(" :;,.")
 
 
 def _register_tasks() -> None:
