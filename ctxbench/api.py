@@ -108,7 +108,7 @@ def run(
 
 def tune_method(method: str, target: int, out: str | os.PathLike, *, objective: str = "nll", budget: int | None = None,
                 minutes: float | None = None, guard: float | None = None, docs: int = 4, dataset: str | None = None,
-                params=(), sampler: str = "auto", export: str | None = None, model=DEFAULT_MODEL, seed: int = 0,
+                split: str = "test", text_column: str = "text", params=(), sampler: str = "auto", export: str | None = None, model=DEFAULT_MODEL, seed: int = 0,
                 resume: bool = True, device: str = "auto", dtype: str = "auto", attn: str = "sdpa", backend: str = "hf",
                 trust_remote_code: bool = False, dry_run: bool = False, console=None):  # fmt: skip
     """Search a method's parameters for a model at a target length, then judge the winner on held-out data, as `ctxbench tune` does.
@@ -120,6 +120,7 @@ def tune_method(method: str, target: int, out: str | os.PathLike, *, objective: 
         objective: `"nll"`, `"needle"` or `"both"`.
         budget: at most this many trials; `minutes`: at most this long.
         model: a model name (loaded once here) or a model from `load_model`.
+        dataset, split, text_column: the documents (default: the built-in corpus), as for `run_ppl`.
         dry_run: only check and price the search.
 
     Returns:
@@ -128,7 +129,8 @@ def tune_method(method: str, target: int, out: str | os.PathLike, *, objective: 
     from ctxbench.tune.run import DEFAULT_GUARD, TuneSettings, check, show_plan, trials_for, tune
 
     settings = TuneSettings(method=method, target=int(target), out=str(out), objective=objective, trials=budget, minutes=minutes,
-                            guard=DEFAULT_GUARD if guard is None else guard, docs=docs, dataset=dataset, seed=seed,
+                            guard=DEFAULT_GUARD if guard is None else guard, docs=docs, dataset=dataset, split=split,
+                            text_column=text_column, seed=seed,
                             sampler=sampler, export=export, only=tuple(params), resume=resume)  # fmt: skip
     config = model if not isinstance(model, str) else ModelConfig(model=model, device=device, dtype=dtype, attn=attn, backend=backend,
                                                                    trust_remote_code=trust_remote_code)  # fmt: skip

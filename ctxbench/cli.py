@@ -592,9 +592,11 @@ def tune(
     out: str = typer.Option(..., "--out", "-o", help="directory for trials.csv, verdict.csv, summary.json, trials.png, niah.toml"),
     docs: int = typer.Option(4, "--docs", help="documents of at least the target's tokens, split by hash into tuning and held-out"),
     dataset: str | None = typer.Option(None, "--dataset", help="HF dataset or local file/dir (default: the built-in corpus)"),
+    split: str = typer.Option("test", "--split", help="the dataset's split (default test)"),
+    text_column: str = typer.Option("text", "--text-column", help="the dataset's column holding the text (default text)"),
     params: str | None = typer.Option(None, "--params", help="only these of the method's tunable parameters (comma list; factor included)"),
     sampler: str = typer.Option("auto", "--sampler", help="auto (tpe with optuna installed, else halving) | halving | tpe"),
-    export: str | None = typer.Option(None, "--export", help="print the winner as an engine's settings: transformers | vllm | llamacpp | json"),
+    export_to: str | None = typer.Option(None, "--export", help="print the winner as an engine's settings: transformers | vllm | llamacpp | json"),
     model: str = MODEL,
     seed: int = SEED,
     resume: bool = RESUME,
@@ -612,8 +614,8 @@ def tune(
 
     try:
         outcome = tune_method(method, parse_length(target, "--target"), out, objective=objective, budget=budget, minutes=minutes,
-                              guard=guard, docs=docs, dataset=dataset, params=split_list(params, "--params") if params else (),
-                              sampler=sampler, export=export, model=model, seed=seed, resume=resume, device=device, dtype=dtype,
+                              guard=guard, docs=docs, dataset=dataset, split=split, text_column=text_column,
+                              params=split_list(params, "--params") if params else (), sampler=sampler, export=export_to, model=model, seed=seed, resume=resume, device=device, dtype=dtype,
                               attn=attn, backend=backend, trust_remote_code=trust_remote_code, dry_run=dry_run,
                               console=console)  # fmt: skip
     except KeyboardInterrupt as exc:  # every finished evaluation is already in DIR/trials.csv (written as each lands)

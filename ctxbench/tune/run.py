@@ -86,6 +86,7 @@ def parse_budget(trials, minutes) -> tuple[int | None, float | None]:
 def check(settings: TuneSettings, config) -> Space:
     """Every check that needs no weights: the space (from the model's config: its trained length), the
     options, the output directory. Returns the space."""
+    from ctxbench.methods import exportable
     from ctxbench.methods.export import _engine
     from ctxbench.model.files import load_geometry
 
@@ -103,8 +104,10 @@ def check(settings: TuneSettings, config) -> Space:
 
         if not has_optuna():
             raise UserError("--sampler tpe needs optuna", "pip install 'ctxbench[tune]', or use --sampler halving")
-    if settings.export is not None:
-        _engine(settings.export)
+    engine = _engine(settings.export) if settings.export is not None else None
+    from ctxbench.tasks.corpus import check_local_dataset
+
+    check_local_dataset(settings.dataset, settings.text_column)  # a local file's column, before the model loads
     if settings.docs < 2:
         raise UserError(f"--docs {settings.docs} must be >= 2 (one to tune on, one held out)", "e.g. --docs 4")
     out = Path(settings.out).expanduser()
@@ -112,7 +115,11 @@ def check(settings: TuneSettings, config) -> Space:
         raise UserError(f"--out '{settings.out}' is a file, not a directory", "give a directory, e.g. --out tune-yarn")
     from ctxbench.methods import resolve
 
-    resolve(settings.method)  # an unknown method: did-you-mean, before the config is read
+    name = resolve(settings.method).name  # an unknown method: did-you-mean, before the config is read
+    if engine not in (None, "json") and name not in exportable(engine):
+        # checked before the search, not after it: the winner is always a setting of this method
+        raise UserError(f"--export {settings.export}: {engine} cannot express method '{name}'",
+                        f"{engine} supports: {', '.join(exportable(engine))} (or --export json)")  # fmt: skip
     geom = load_geometry(config.model, config.trust_remote_code)  # the config alone: no weights
     space = space_for(settings.method, geom.trained_len, settings.target, list(settings.only) or None)
     config.check()  # the model's files and the backend, still without loading

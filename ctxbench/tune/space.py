@@ -186,7 +186,7 @@ def split_instances(names: list[str], seed: int = 0, held_out: float = 0.5) -> t
     move when instances are added, and nobody picks which documents the verdict sees."""
     if len(names) < 2:
         raise UserError(f"tuning needs at least two instances (one to tune on, one held out); found {len(names)}",
-                        "add documents (--docs, --dataset) or needles (--needles)")  # fmt: skip
+                        "add documents (--docs, --dataset)")  # fmt: skip
     ranked = sorted(names, key=lambda n: hashlib.sha256(f"{seed}|{n}".encode()).hexdigest())
     k = min(len(names) - 1, max(1, round(held_out * len(names))))
     held = set(ranked[:k])

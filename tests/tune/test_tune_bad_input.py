@@ -34,6 +34,10 @@ CASES = {
     "parameter without range": (["--method", "yarn", "--target", "128", "--budget", "2", "--params", "truncate"],
                                 "'truncate' declares no tuning range"),
     "unknown export engine": (["--method", "yarn", "--target", "128", "--budget", "2", "--export", "vlm"], "unknown engine 'vlm'"),
+    "export the method cannot take": (["--method", "self-extend", "--target", "128", "--budget", "2", "--export", "vllm"],
+                                      "--export vllm: vllm cannot express method 'self-extend'"),
+    "missing local file": (["--method", "yarn", "--target", "128", "--budget", "2", "--dataset", "./no-such-docs.jsonl"],
+                           "no-such-docs.jsonl"),
 }
 
 
