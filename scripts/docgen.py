@@ -1207,3 +1207,29 @@ def quickstart_cost() -> None:
     """The Quickstart run's planned cost, as a sentence."""
     _out(f"The run plans {_planned(planned_seconds(QUICKSTART_COMMAND))} on a 2-core CPU (`--dry-run` prints any command's plan and stops); "
          "the first set-up takes a few minutes more.")
+
+
+def babilong_scorers(path: str = "results/babilong-smollm2-1k-8k.csv") -> None:
+    """BABILong's two scorers side by side per (variant, length), from the committed file's trial
+    rows: the official strict one (``score``) and lm-eval's lenient one (``extra.scores.lenient``),
+    each as right/trials; the cell's method and factor are named beside each row."""
+    cells: dict[tuple, list[tuple[float, float]]] = {}
+    with open(ROOT / path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["task"] == "babilong" and r["metric"] == "score" and r["status"] == "ok":
+                scores = json.loads(r["extra"])["scores"]
+                key = (r["label"] or r["method"], r["factor"], r["variant"], int(r["length"]))
+                cells.setdefault(key, []).append((scores["strict"], scores["lenient"]))
+    if not cells:
+        raise RuntimeError(f"{path} holds no babilong trials")
+    lengths = sorted({k[3] for k in cells})
+    lines = ["| method | variant | " + " | ".join(f"{_length(n)} strict | {_length(n)} lenient" for n in lengths) + " |",
+             "| --- | --- |" + " ---: | ---: |" * len(lengths)]  # fmt: skip
+    for method, factor, variant in sorted({k[:3] for k in cells}):
+        row = []
+        for n in lengths:
+            got = cells.get((method, factor, variant, n))
+            row += [f"{sum(s for s, _ in got):g}/{len(got)}", f"{sum(x for _, x in got):g}/{len(got)}"] if got else ["", ""]
+        name = method + (f" x{factor}" if factor else "")
+        lines.append(f"| {name} | {variant} | " + " | ".join(row) + " |")
+    _out("\n".join(lines))
