@@ -569,15 +569,17 @@ GPU_DIR = "results/gpu"
 TWO_BRANCH = ("rerope", "leaky-rerope", "self-extend", "string", "dca")
 
 
-def _gpu_runs() -> tuple[dict | None, list[dict]]:
-    """The newest committed bench run (``results/gpu/bench-*.json``) and the CUDA test rows of that run."""
+def _gpu_runs() -> tuple[dict | None, list[list[dict]]]:
+    """The newest committed bench run (``results/gpu/bench-*.json``) and every committed CUDA test run
+    (``results/gpu/cuda-tests-*.csv``, one list of rows per run), oldest first."""
     benches = sorted((ROOT / GPU_DIR).glob("bench-*.json"), key=lambda p: json.loads(p.read_text())["provenance"]["date"])
-    if not benches:
-        return None, []
-    bench = json.loads(benches[-1].read_text())
-    tests = ROOT / GPU_DIR / benches[-1].name.replace("bench-", "cuda-tests-").replace(".json", ".csv")
-    rows = list(csv.DictReader(tests.open())) if tests.is_file() else []
-    return bench, rows
+    bench = json.loads(benches[-1].read_text()) if benches else None
+    runs = [rows for rows in (list(csv.DictReader(p.open())) for p in (ROOT / GPU_DIR).glob("cuda-tests-*.csv")) if rows]
+    return bench, sorted(runs, key=lambda rows: rows[0]["date"])
+
+
+def _test_counts(rows: list[dict]) -> dict[str, int]:
+    return {k: sum(r["outcome"] == k for r in rows) for k in ("passed", "failed", "error", "skipped")}
 
 
 def _changed_since(commit: str, path: str) -> str:
@@ -618,34 +620,49 @@ def _method_ratios(bench: dict) -> dict[str, dict[int, float]]:
 
 def gpu_status(full: bool = False) -> None:
     """One statement of what has run on a GPU, the same on every page, generated from ``results/gpu/``
-    (written by ``scripts/gpu_results.py`` from a ``scripts/gpu_check.sh`` run) and from the rows of
-    ``results/niah-smollm2-gpu.csv``: device, torch, commit, the CUDA tests' outcomes, the bench's
-    attention-level methods against plain SDPA, and what has not run. ``full`` adds the tables."""
-    bench, rows = _gpu_runs()
-    if bench is None:
+    (written by ``scripts/gpu_results.py`` from ``scripts/gpu_check.sh`` runs) and from the rows of
+    ``results/niah-smollm2-gpu.csv``: the newest CUDA test run (device, torch, commit, outcomes) and the
+    earlier ones, the bench's attention-level methods against plain SDPA, and what has not run. ``full``
+    adds the tables."""
+    bench, runs = _gpu_runs()
+    if bench is None and not runs:
         _out("**On a GPU:** no run of the current CUDA path is committed (`results/gpu/` is empty).")
         return
+    text = f"**On a GPU** (generated from `{GPU_DIR}/`):"
+    if runs:
+        rows = runs[-1]
+        r0 = rows[0]
+        n = _test_counts(rows)
+        text += (f" the CUDA tests of the current path (`scripts/gpu_check.sh`: every attention-level method's logits "
+                 f"against the float64 reference in float32 and bf16, the whole-sequence attention calls against the block "
+                 f"partition) last ran on an {r0['device']} (torch {r0['torch']}, transformers {r0['transformers']}) at commit "
+                 f"`{r0['commit'][:7]}` on {r0['date'][:10]}: {n['passed']} passed, {n['failed'] + n['error']} failed, "
+                 f"{n['skipped']} skipped.")  # fmt: skip
+        if n["failed"] + n["error"]:
+            f32_failed = [r for r in rows if r["outcome"] in ("failed", "error") and "float32" in r["test"].lower()]
+            dtype_note = "every failure is a bf16 tolerance, every float32 check passed" if not f32_failed else "float32 checks failed too"
+            text += f" Of the failures ({dtype_note}): " + "; ".join(_failures(rows)) + "."
+            later = _changed_since(r0["commit"], "tests/methods/test_whole_sequence.py")
+            if later:
+                text += (f" Those tests changed after the run (commit `{later}`) and have not run on a GPU since.")  # fmt: skip
+        for old in runs[:-1]:
+            o, m = old[0], _test_counts(old)
+            text += (f" An earlier run ({o['device']}, commit `{o['commit'][:7]}`, {o['date'][:10]}): {m['passed']} passed, "
+                     f"{m['failed'] + m['error']} failed")  # fmt: skip
+            if m["failed"] + m["error"]:
+                text += " (" + "; ".join(_failures(old)) + "; bounds fixed in advance, since replaced by measured ones)"
+            text += "."
+    if bench is None:
+        _out(text)
+        return
     p = bench["provenance"]
-    commit = p["commit"][:7]
-    n = {k: sum(r["outcome"] == k for r in rows) for k in ("passed", "failed", "error", "skipped")}
-    f32_failed = [r for r in rows if r["outcome"] in ("failed", "error") and "float32" in r["test"].lower()]
-    text = (f"**On a GPU** (generated from `{GPU_DIR}/`): the current CUDA path, the whole-sequence attention calls, "
-            f"ran on an {p['device']} (torch {p['torch']}, transformers {p['transformers']}) at commit `{commit}` on "
-            f"{p['date'][:10]}. Its CUDA tests (`scripts/gpu_check.sh`): {n['passed']} passed, {n['failed'] + n['error']} failed, "
-            f"{n['skipped']} skipped.")  # fmt: skip
-    if n["failed"] + n["error"]:
-        dtype_note = "every failure is a bf16 tolerance, every float32 check passed" if not f32_failed else "float32 checks failed too"
-        text += f" Of the failures ({dtype_note}): " + "; ".join(_failures(rows)) + "."
-        later = _changed_since(p["commit"], "tests/methods/test_whole_sequence.py")
-        if later:
-            text += (f" Those bf16 bounds were revised after the run (commit `{later}`: measured from plain RoPE's own bf16 "
-                     "error on the same model and input) and have not run on a GPU since.")  # fmt: skip
     ratios = _method_ratios(bench)
     lengths = sorted({n for by in ratios.values() for n in by})
     two = [m for m in TWO_BRANCH if m in ratios]
     if two and lengths:
         per = [f"{_range([ratios[m][n] for m in two if n in ratios[m]], '.2f')}x at {_length(n)}" for n in lengths]
-        text += (f" `scripts/bench_gpu.py` ({p['shape']} shape, random weights, {p['dtype']}): the two-branch methods "
+        text += (f" `scripts/bench_gpu.py` ({p['device']}, commit `{p['commit'][:7]}`, {p['date'][:10]}; {p['shape']} shape, "
+                 f"random weights, {p['dtype']}): the two-branch methods "
                  f"({', '.join(two)}) take {', '.join(per)} the time of plain SDPA.")  # fmt: skip
     old = [r for r in csv.DictReader((ROOT / "results/niah-smollm2-gpu.csv").open())] if (ROOT / "results/niah-smollm2-gpu.csv").is_file() else []
     if old:
