@@ -12,6 +12,7 @@ from ctxbench.errors import UserError
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.vllm,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (CTXBENCH_VLLM=1 bash scripts/setup.sh)"),
 ]
 
