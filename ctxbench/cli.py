@@ -450,7 +450,7 @@ def report(
     """The pivot (method label x length per task and factor) in any format, and PNG plots; with
     RULER task rows, also RULER's suite score (the mean over its tasks per length with its task
     coverage, wAvg inc/dec, and RULER's effective length at the fixed 85.6)."""
-    from ctxbench.parsing import parse_factors, parse_lengths, split_list
+    from ctxbench.parsing import parse_factors, parse_lengths, split_list, split_methods
     from ctxbench.report.effective import check_threshold
     from ctxbench.report.formats import pivots, to_csv, to_json, to_markdown
     from ctxbench.results.store import read_records
@@ -461,7 +461,7 @@ def report(
     if plot:
         _check_plot_dir(plot)
     filters = dict(
-        task=split_list(task, "--task") if task else None, method=split_list(method, "--method") if method else None,
+        task=split_list(task, "--task") if task else None, method=split_methods(method, "--method") if method else None,
         factor=parse_factors(factor) if factor else None, length=parse_lengths(length) if length else None,
     )
     from ctxbench.results.identity import drop_partial

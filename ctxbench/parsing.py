@@ -59,6 +59,33 @@ def split_list(text: str | int | float | list | tuple, what: str = "list") -> li
     return items
 
 
+def split_methods(text: str | list | tuple, what: str = "--method") -> list[str]:
+    """``"none,yarn(beta_fast=24,beta_slow=2)"`` -> ``["none", "yarn(beta_fast=24,beta_slow=2)"]``:
+    commas inside ``(...)`` or ``[...]`` belong to one method spec (its parameters; a list value),
+    so a label as reports print it (``yarn(beta_fast=24,beta_slow=2)``) is one item."""
+    if isinstance(text, (list, tuple)):
+        return split_list(text, what)
+    text, parts, depth, start = str(text), [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth < 0:
+                raise UserError(f"bad {what} '{text}': a '{ch}' closes nothing", "balance the brackets, e.g. --method 'yarn(beta_fast=24)'")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise UserError(f"bad {what} '{text}': a bracket is never closed", "balance the brackets, e.g. --method 'yarn(beta_fast=24)'")
+    items = [t.strip() for t in [*parts, text[start:]]]
+    if all(not t for t in items):
+        raise UserError(f"empty {what} '{text}'", "give at least one value, comma separated")
+    if any(not t for t in items):
+        raise UserError(f"empty item in {what} '{text}'", "remove the extra comma, e.g. none,yarn")
+    return items
+
+
 def _unique(values: list, items: list[str], what: str) -> list:
     """Values given twice (``2k,2048``; ``2,2.0``) are an error naming both spellings."""
     seen: dict = {}

@@ -13,7 +13,7 @@ import itertools
 
 from ctxbench.errors import UserError
 from ctxbench.methods.setting import default_label, resolve
-from ctxbench.parsing import split_list
+from ctxbench.parsing import parse_params, split_methods
 
 
 def expand(params: dict, declared: dict | None = None, method: str = "") -> list[dict]:
@@ -68,14 +68,35 @@ def _describe(setting) -> str:
     return f"{setting.name} {setting.params_json()}"
 
 
+def parse_spec(item: str) -> tuple[str, dict]:
+    """One method spec -> ``(name, its own parameters)``: ``"yarn"`` -> ``("yarn", {})``,
+    ``"yarn(beta_fast=24,beta_slow=2)"`` -> ``("yarn", {"beta_fast": 24, "beta_slow": 2})``. The
+    parameters read as ``--param`` values do (a comma list after ``key=`` is a grid), so a label as
+    the reports print it, or the winner ``ctxbench tune`` prints, is a method spec every task takes."""
+    name, paren, rest = item.partition("(")
+    if not paren:
+        return item.strip(), {}
+    example = "write name(key=value,...), e.g. --method 'yarn(beta_fast=24,beta_slow=2)'"
+    if not rest.rstrip().endswith(")") or not name.strip():
+        raise UserError(f"bad method spec '{item}'", example)
+    inner = rest.rstrip()[:-1].strip()
+    try:
+        return name.strip(), parse_params([inner]) if inner else {}
+    except UserError as exc:
+        raise UserError(f"bad method spec '{item}': {exc.what}", example) from None
+
+
 def resolve_methods(method, params: dict | None = None) -> list:
     """``"none,yarn"`` (or a list) and ``params`` -> resolved, labelled entries.
 
     ``params`` is either one dict shared by the methods (each takes the keys it knows; a key
-    none takes is an error) or ``{method: {...}}``. List values expand to grids.
+    none takes is an error) or ``{method: {...}}``. List values expand to grids. A method may carry
+    its own parameters (``yarn(beta_fast=24)``, :func:`parse_spec`); one given there and in
+    ``params`` too is an error.
     """
     params = params or {}
-    names = split_list(method, what="--method")
+    specs = [parse_spec(item) for item in split_methods(method, what="--method")]
+    names = [name for name, _ in specs]
     per_method = bool(params) and all(isinstance(v, dict) for v in params.values())
     if not per_method:
         for key in params:
@@ -83,10 +104,14 @@ def resolve_methods(method, params: dict | None = None) -> list:
                 resolve(names[0], {key: params[key]})  # raises "unknown parameter ... did you mean"
                 raise UserError(f"parameter '{key}' is not used by any of {', '.join(names)}", "drop it or add a method that takes it")
     out = []
-    for name in names:
+    for name, inline in specs:
         known = resolve(name).defaults()
         own = params.get(name, {}) if per_method else {k: v for k, v in params.items() if k in known}
-        out += method_entries(name, own)
+        twice = sorted(set(own) & set(inline))
+        if twice:
+            raise UserError(f"{name} parameter '{twice[0]}' is given in --method {name}(...) and in --param too",
+                            "give it in one place")  # fmt: skip
+        out += method_entries(name, {**own, **inline})
     check_labels(out)
     unique = list(dict.fromkeys(out))
     if len(unique) != len(out):

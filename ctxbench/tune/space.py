@@ -126,9 +126,12 @@ class Space:
         return label if abs(candidate.factor - self.base_factor) < 1e-9 else f"{label} x{candidate.factor:g}"
 
     def command(self, candidate: Candidate) -> str:
-        """The options a task command takes for this point: ``--method yarn -f 2.3 -p beta_fast=24``."""
-        params = " ".join(f"-p {k}={format_value(v)}" for k, v in candidate.params)
-        return f"--method {self.method} -f {candidate.factor:g}" + (f" {params}" if params else "")
+        """The options a task command takes for this point, the parameters in the method spec:
+        ``--method 'yarn(beta_fast=24)' -f 2.3`` (quoted for a shell: the brackets)."""
+        if not candidate.params:
+            return f"--method {self.method} -f {candidate.factor:g}"
+        spec = self.method + "(" + ",".join(f"{k}={format_value(v)}" for k, v in candidate.params) + ")"
+        return f"--method '{spec}' -f {candidate.factor:g}"
 
 
 def space_for(method: str, trained: int, target: int, only: list[str] | None = None) -> Space:

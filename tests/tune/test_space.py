@@ -76,7 +76,7 @@ def test_the_defaults_come_first_at_factor_T_over_L():
 def test_the_winner_prints_as_options_a_task_command_takes():
     space = space_for("yarn", L, 2 * L)
     c = space.candidate({"factor": 2.5, "beta_fast": 24.0})
-    assert space.command(c) == "--method yarn -f 2.5 -p beta_fast=24"
+    assert space.command(c) == "--method 'yarn(beta_fast=24)' -f 2.5"
 
 
 def test_a_method_without_ranges_is_refused_with_its_reason():
