@@ -59,31 +59,38 @@ def split_list(text: str | int | float | list | tuple, what: str = "list") -> li
     return items
 
 
+def _split_outside(text: str, what: str, brackets: str, example: str) -> list[str]:
+    """``text`` split at the commas outside the ``brackets`` (pairs: ``"()[]"``), each item stripped;
+    an unbalanced bracket or an empty item is one error naming ``what`` and the whole text."""
+    opens, closes = brackets[0::2], brackets[1::2]
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in opens:
+            depth += 1
+        elif ch in closes:
+            depth -= 1
+            if depth < 0:
+                raise UserError(f"bad {what} '{text}': a '{ch}' closes nothing", f"balance the brackets, e.g. {example}")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise UserError(f"bad {what} '{text}': a bracket is never closed", f"balance the brackets, e.g. {example}")
+    items = [t.strip() for t in [*parts, text[start:]]]
+    if all(not t for t in items):
+        raise UserError(f"empty {what} '{text}'", "give at least one value, comma separated")
+    if any(not t for t in items):
+        raise UserError(f"empty item in {what} '{text}'", "remove the extra comma")
+    return items
+
+
 def split_methods(text: str | list | tuple, what: str = "--method") -> list[str]:
     """``"none,yarn(beta_fast=24,beta_slow=2)"`` -> ``["none", "yarn(beta_fast=24,beta_slow=2)"]``:
     commas inside ``(...)`` or ``[...]`` belong to one method spec (its parameters; a list value),
     so a label as reports print it (``yarn(beta_fast=24,beta_slow=2)``) is one item."""
     if isinstance(text, (list, tuple)):
         return split_list(text, what)
-    text, parts, depth, start = str(text), [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth < 0:
-                raise UserError(f"bad {what} '{text}': a '{ch}' closes nothing", "balance the brackets, e.g. --method 'yarn(beta_fast=24)'")
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    if depth:
-        raise UserError(f"bad {what} '{text}': a bracket is never closed", "balance the brackets, e.g. --method 'yarn(beta_fast=24)'")
-    items = [t.strip() for t in [*parts, text[start:]]]
-    if all(not t for t in items):
-        raise UserError(f"empty {what} '{text}'", "give at least one value, comma separated")
-    if any(not t for t in items):
-        raise UserError(f"empty item in {what} '{text}'", "remove the extra comma, e.g. none,yarn")
-    return items
+    return _split_outside(str(text), what, "()[]{}", "--method 'yarn(beta_fast=24)'")
 
 
 def _unique(values: list, items: list[str], what: str) -> list:
@@ -160,20 +167,7 @@ def parse_value(text: str):
 def _split_top_level(item: str) -> list[str]:
     """``"factors=[1,2],x=3"`` -> ``["factors=[1,2]", "x=3"]``: commas inside ``[...]`` or ``{...}``
     belong to one JSON value (a list such as LongRoPE's factors), not to the grid."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(item):
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-            if depth < 0:
-                raise UserError(f"bad --param '{item}': a '{ch}' closes nothing", "balance the brackets, e.g. --param factors=[1,2]")
-        elif ch == "," and depth == 0:
-            parts.append(item[start:i])
-            start = i + 1
-    if depth:
-        raise UserError(f"bad --param '{item}': a bracket is never closed", "balance the brackets, e.g. --param factors=[1,2]")
-    return split_list([*parts, item[start:]], what="--param")
+    return _split_outside(item, "--param", "[]{}", "--param factors=[1,2]")
 
 
 def parse_params(items: list[str] | None) -> dict:

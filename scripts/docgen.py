@@ -1250,3 +1250,66 @@ def babilong_scorers(path: str = "results/babilong-smollm2-1k-8k.csv") -> None:
         name = method + (f" x{factor}" if factor else "")
         lines.append(f"| {name} | {variant} | " + " | ".join(row) + " |")
     _out("\n".join(lines))
+
+
+def _rows(path: str) -> list[dict]:
+    with open(ROOT / path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def ruler_real_data(synthetic: str = "results/ruler-smollm2-2k4k.csv", real: str = "results/ruler-smollm2-2k4k-realdata.csv") -> None:
+    """RULER's 13 tasks without and with RULER's real data, from the two committed files: per task,
+    method and length the accuracy (right/trials) on ctxbench's own data and on the real data where
+    the real data changes the task; then RULER's suite score of each. The real-data score averages
+    the real file's tasks (qa_1, qa_2 and the essay-haystack niah variants) with the synthetic file's
+    other six (their prompts read no external data, so they are the same measurement)."""
+    import tempfile
+
+    syn, rl = _rows(synthetic), _rows(real)
+
+    def cells(rows):
+        out: dict[tuple, list[float]] = {}
+        for r in rows:
+            if r["metric"] == "score" and r["status"] == "ok":
+                out.setdefault((r["task"], r["variant"], r["label"] or r["method"], int(r["length"])), []).append(float(r["value"]))
+        return out
+
+    a, b = cells(syn), cells(rl)
+    replaced = {(t, v) for t, v, _, _ in b}
+    labels = sorted({k[2] for k in a} | {k[2] for k in b})
+    lengths = sorted({k[3] for k in a} | {k[3] for k in b})
+    order = [("niah", v) for v in ("single_1", "single_2", "single_3", "multikey_1", "multikey_2", "multikey_3", "multivalue",
+                                   "multiquery")] + [("vt", "default"), ("cwe", "default"), ("fwe", "default"), ("qa", "qa_1"), ("qa", "qa_2")]  # fmt: skip
+
+    def frac(got):  # RULER scores a trial by the share of its answers found: a mean, not a count
+        return f"{100 * sum(got) / len(got):.0f}% (n={len(got)})" if got else "—"
+
+    head = " | ".join(f"{lab} {_length(n)}" for lab in labels for n in lengths)
+    lines = [f"| RULER task | data | {head} |", "| --- | --- |" + " ---: |" * (len(labels) * len(lengths))]
+    for task, variant in order:
+        name = f"{task}_{variant}" if task == "niah" else (variant if task == "qa" else task)
+        if (task, variant) in replaced and any(k[:2] == (task, variant) for k in a):
+            lines.append(f"| {name} | ctxbench's | " + " | ".join(frac(a.get((task, variant, lab, n))) for lab in labels for n in lengths) + " |")
+        data = "RULER's" if (task, variant) in replaced else "no external data"
+        src = b if (task, variant) in replaced else a
+        lines.append(f"| {name} | {data} | " + " | ".join(frac(src.get((task, variant, lab, n))) for lab in labels for n in lengths) + " |")
+    _out("Mean score per task, method and length (RULER's: the share of a trial's answers found, in percent; n trials):\n\n"
+         + "\n".join(lines))
+
+    def suite_table(args: tuple[str, ...], what: str) -> None:
+        picked = [(t, body) for t, body in _sections(_report(args)) if t.startswith("RULER suite score") and "factor 2" in t]
+        if not picked:
+            raise RuntimeError(f"ctxbench report {' '.join(args)}: no RULER suite score at factor 2")
+        for title, body in picked:
+            _out(f"\n*{what}: {title}*\n" + "\n".join(line for line in body if not line.startswith("ruler_avg:")))
+
+    suite_table((synthetic,), f"Without the real data (`ctxbench report {synthetic}`)")
+    with tempfile.TemporaryDirectory() as tmp:
+        merged = Path(tmp) / "ruler-13.csv"
+        with open(ROOT / synthetic, newline="") as f:
+            fields = next(csv.reader(f))
+        with open(merged, "w", newline="") as f:
+            w = csv.DictWriter(f, fields)
+            w.writeheader()
+            w.writerows([r for r in syn if (r["task"], r["variant"]) not in replaced] + rl)
+        suite_table((str(merged),), f"With the real data ({real}, plus the other tasks' rows of {synthetic})")
