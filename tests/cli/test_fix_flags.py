@@ -31,6 +31,7 @@ ELSEWHERE = {
     ("ctxbench.report.pivot:_add_changes", "--dtype"): "the same",
     ("ctxbench.report.pivot:_add_changes", "--seed"): "the same",
     ("ctxbench.report.pivot:_add_changes", "--baseline"): "raised only for report --baseline (the task commands' plans pass none)",
+    ("ctxbench.parsing:parse_params", "--param"): "reached from a suite's method names through methods.grid.parse_spec, which replaces the fix",
     ("ctxbench.tasks.corpus:Tokenized", "--bos"): "tune tokenises with bos='auto', which never raises; ppl has --bos",
     ("ctxbench.methods.export:_geometry", "--base"): "tune exports with its loaded model's geometry, which never raises",
     ("ctxbench.methods.export:_geometry", "--head-dim"): "the same",
