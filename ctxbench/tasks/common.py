@@ -12,6 +12,7 @@ from ctxbench.tasks.options import (  # noqa: F401  (re-exported for plug-ins)
     parse_depths,
     parse_depths_option,
     parse_positive_int,
+    variants_parser,
 )
 from ctxbench.tasks.trials import (  # noqa: F401  (re-exported for plug-ins)
     TRIAL_BATCH,

@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ctxbench.errors import UserError, unknown
-from ctxbench.parsing import split_list
+from ctxbench.errors import UserError
 from ctxbench.synthetic.pieces import TooShort, frame
 from ctxbench.tasks.base import FRACTION, OUTCOME, Cell, Context, CostItem, Measurement, Option, Task
 from ctxbench.tasks.common import (
@@ -32,6 +31,7 @@ from ctxbench.tasks.common import (
     parse_chat,
     trial_cells,
     trials_options,
+    variants_parser,
 )
 from ctxbench.tasks.trials import numbered_trials
 
@@ -77,21 +77,6 @@ class Spec:
     max_new_tokens: int = 32
 
 
-def _variants_parser(name: str, names: tuple[str, ...]):
-    def parse(value) -> tuple[str, ...]:
-        items = split_list(value, what="--variant") if not isinstance(value, (list, tuple)) else [str(v) for v in value]
-        if items == ["all"]:
-            return names
-        for item in items:
-            if item not in names:
-                raise unknown(f"{name} variant", item, [*names, "all"])
-        if len(set(items)) != len(items):
-            raise UserError("a --variant is given twice", "list each variant once")
-        return tuple(items)
-
-    return parse
-
-
 def chat_help(default: bool | str) -> str:
     said = "the model's chat template when its tokenizer ships one" if default == "model" else "raw prompts, as the benchmark's open-model template"
     return f"wrap the prompt in the model's chat template (default: {said}); --no-chat for raw prompts"
@@ -101,7 +86,7 @@ def generated_task(spec: Spec, help: str, extra_options: tuple[Option, ...] = ()
     options = []
     if len(spec.variants) > 1:
         options.append(Option("variants", f"comma list of variants ({', '.join(spec.variants)}) or all; default {','.join(spec.default_variants)}",
-                              _variants_parser(spec.name, spec.variants), flag="--variant", identity=False))  # each variant is a cell  # fmt: skip
+                              variants_parser(spec.name, spec.variants), flag="--variant", identity=False))  # each variant is a cell  # fmt: skip
     options += trials_options("trials (prompts drawn from the seed and the trial's number)")
     options.append(Option("chat", chat_help(spec.chat), parse_chat, is_flag=True))
     options += list(extra_options)

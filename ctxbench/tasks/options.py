@@ -72,6 +72,26 @@ def parse_chat(value) -> bool | None:
     return parse_bool(value, "--chat")
 
 
+def variants_parser(family: str, names: tuple[str, ...]):
+    """The parser of a task's ``--variant``: a comma list of ``names`` (or ``all``), each known
+    (else did-you-mean), none twice; a suite's list passes through the same checks."""
+    from ctxbench.errors import unknown
+    from ctxbench.parsing import split_list
+
+    def parse(value) -> tuple[str, ...]:
+        items = split_list(value, what="--variant") if not isinstance(value, (list, tuple)) else [str(v) for v in value]
+        if items == ["all"]:
+            return names
+        for item in items:
+            if item not in names:
+                raise unknown(f"{family} variant", item, [*names, "all"])
+        if len(set(items)) != len(items):
+            raise UserError("a --variant is given twice", "list each variant once")
+        return tuple(items)
+
+    return parse
+
+
 def parse_depths(depths: int | None = None, depth: str | None = None) -> list[float]:
     """``depths`` N evenly spaced in [0, 1], or ``depth`` an explicit comma list (``0.1,0.5``);
     default 5 depths (0, 0.25, 0.5, 0.75, 1)."""

@@ -33,7 +33,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ctxbench.errors import UserError, unknown
-from ctxbench.parsing import split_list
 from ctxbench.synthetic import PROTOCOLS, TOKENS_TO_GENERATE, TooShort, build, load_haystack, score
 from ctxbench.tasks import proxy, trials
 from ctxbench.tasks.base import FRACTION, SCORE, Cell, Context, CostItem, Measurement, Option, Task
@@ -49,6 +48,7 @@ from ctxbench.tasks.common import (
     shared_prefix_cost,
     trial_cells,
     trials_options,
+    variants_parser,
 )
 from ctxbench.tasks.plots import depth_heatmaps
 
@@ -74,22 +74,6 @@ class Settings:
 
 def default_lengths(trained_len: int) -> list[int]:
     return [trained_len // 4, trained_len // 2, trained_len, 2 * trained_len]
-
-
-def _variants_parser(family: str, names: tuple[str, ...]):
-    def parse(value) -> tuple[str, ...]:
-
-        items = split_list(value, what="--variant") if not isinstance(value, (list, tuple)) else [str(v) for v in value]
-        if items == ["all"]:
-            return names
-        for item in items:
-            if item not in names:
-                raise unknown(f"{family} variant", item, [*names, "all"])
-        if len(set(items)) != len(items):
-            raise UserError("a --variant is given twice", "list each variant once")
-        return tuple(items)
-
-    return parse
 
 
 def _protocol(value) -> str:
@@ -125,7 +109,7 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
     options = []
     if len(variants) > 1:
         options.append(Option("variants", f"comma list of variants ({', '.join(variants)}) or all; default {','.join(default_variants)}",
-                              _variants_parser(name, variants), flag="--variant", identity=False))  # each variant is a cell  # fmt: skip
+                              variants_parser(name, variants), flag="--variant", identity=False))  # each variant is a cell  # fmt: skip
     options.append(Option("protocol", "ruler: RULER's length accounting (prompt + generation budget <= length) and random needle "
                           "placement; exact: the prompt is exactly the length and --depths places the needle (heatmaps) "
                           "(default ruler)", _protocol))  # fmt: skip
