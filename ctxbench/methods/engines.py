@@ -169,7 +169,7 @@ def llama3_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, 
 
 def longrope_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
     L = geom.trained_len
-    long, short = _longrope_factors(geom, params.get("factors"))
+    long, short = _longrope_factors(geom, params.get("factors"), params.get("knots"))
     rope = {"rope_type": "longrope", "factor": factor, "original_max_position_embeddings": L,
             "long_factor": [float(x) for x in long], "short_factor": [float(x) for x in short]}  # fmt: skip
     if params.get("attention_factor") is not None:

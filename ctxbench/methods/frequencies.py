@@ -155,8 +155,30 @@ def llama3_freqs(
     return xp.where(medium, smoothed, scaled), 1.0
 
 
-def _longrope_factors(geom: RopeGeometry, factors) -> tuple[list[float], list[float]]:
-    """(long, short) per-pair rescale factors from a JSON file, a list, or the model config."""
+def knot_curve(knots, pairs: int) -> list[float]:
+    """LongRoPE's per-pair factors as a curve through ``knots``: knot ``j`` of ``K`` sits at pair
+    ``j (P - 1) / (K - 1)`` of ``P``; a pair between two knots takes the log-linear (geometric)
+    interpolation of their factors, so the curve is non-decreasing when the knots are. One knot is a
+    constant. ``K = P`` knots are the factors themselves."""
+    knots = [float(k) for k in knots]
+    if len(knots) == 1 or pairs == 1:
+        return [knots[0]] * pairs
+    out = []
+    for i in range(pairs):
+        x = i * (len(knots) - 1) / (pairs - 1)  # the pair's place on the knots' axis, 0 .. K-1
+        j = min(int(x), len(knots) - 2)
+        t = x - j
+        out.append(math.exp((1 - t) * math.log(knots[j]) + t * math.log(knots[j + 1])))
+    return out
+
+
+def _longrope_factors(geom: RopeGeometry, factors, knots=None) -> tuple[list[float], list[float]]:
+    """(long, short) per-pair rescale factors from a JSON file, a list, knots, or the model config."""
+    if knots is not None:
+        if factors is not None:
+            raise UserError("longrope takes factors or knots, not both", "drop one: knots draw the factors as a curve")
+        curve = knot_curve(knots, geom.pairs)
+        return curve, curve
     if factors is None:
         long, short = geom.native.get("long_factor"), geom.native.get("short_factor")
         if long is None:
@@ -176,12 +198,13 @@ def longrope_freqs(
     factor: float,
     seq_len: int, *, xp,
     factors: str | list | None = None,
+    knots: tuple | None = None,
     attention_factor: float | None = None,
 ) -> tuple[Array, float]:
     """LongRoPE (Ding et al., arXiv 2402.13753): ``theta_i / lambda_i`` with searched per-pair
-    factors (long ones when ``l > L``, short ones otherwise); attention scale
-    ``sqrt(1 + ln(s)/ln(L))``."""
-    long, short = _longrope_factors(geom, factors)
+    factors (long ones when ``l > L``, short ones otherwise), or the factors :func:`knot_curve`
+    draws through ``knots`` (at every length); attention scale ``sqrt(1 + ln(s)/ln(L))``."""
+    long, short = _longrope_factors(geom, factors, knots)
     chosen = long if seq_len > geom.trained_len else short
     if len(chosen) != geom.pairs:
         raise _factor_count_error(len(chosen), geom)

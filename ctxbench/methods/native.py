@@ -72,9 +72,12 @@ def native_dynamic(geom: RopeGeometry) -> bool:
 
 
 def longrope_check(params: dict, geom: RopeGeometry) -> None:
-    """LongRoPE factors the user gave must number ``d/2``, which only the geometry tells."""
-    factors = params.get("factors")
-    if factors is not None and len(_longrope_factors(geom, factors)[0]) != geom.pairs:
+    """LongRoPE factors the user gave must number ``d/2``, which only the geometry tells; factors and
+    knots are not given together."""
+    factors, knots = params.get("factors"), params.get("knots")
+    if knots is not None:
+        _longrope_factors(geom, factors, knots)  # not both
+    elif factors is not None and len(_longrope_factors(geom, factors)[0]) != geom.pairs:
         raise _factor_count_error(len(_longrope_factors(geom, factors)[0]), geom)
 
 

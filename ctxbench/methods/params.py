@@ -40,8 +40,10 @@ MOST_MIXED_B = 10.0
 MOST_LAYER = 1023
 
 
-KINDS = ("float", "int", "length", "bool", "choice", "factors")
+KINDS = ("float", "int", "length", "bool", "choice", "factors", "curve")
 TUNE_SCALES = ("log", "linear", "grid")
+# A ``curve`` parameter (LongRoPE's knots) is searched as ``knots`` dimensions on the ``log`` or
+# ``linear`` scale, one per knot, each within ``bounds(L, T)``; the point is their values sorted.
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Tune:
     why: str
     bounds: Callable[[int, int], tuple[float, float]] | None = None
     values: Callable[[int, int], tuple[int, ...]] | None = None
+    knots: int = 0  # a curve parameter: how many knots (dimensions) the search gives it
 
     def __post_init__(self) -> None:
         if self.scale not in TUNE_SCALES:
@@ -63,15 +66,15 @@ class Tune:
             raise ValueError("a grid range gives values(L, T), a log or linear one bounds(L, T)")
 
 
-def tune_range(scale: str, why: str, low, high=None) -> Tune:
+def tune_range(scale: str, why: str, low, high=None, knots: int = 0) -> Tune:
     """A :class:`Tune` from plain numbers or functions of ``(L, T)``: ``tune_range("log", why, 4, 64)``,
-    ``tune_range("grid", why, lambda L, T: (L // 8, L // 4))``."""
+    ``tune_range("grid", why, lambda L, T: (L // 8, L // 4))``; ``knots`` for a curve parameter."""
     def at(x):
         return x if callable(x) else (lambda L, T: x)
 
     if scale == "grid":
         return Tune(scale, why, values=at(low))
-    return Tune(scale, why, bounds=lambda L, T: (float(at(low)(L, T)), float(at(high)(L, T))))
+    return Tune(scale, why, bounds=lambda L, T: (float(at(low)(L, T)), float(at(high)(L, T))), knots=knots)
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class Param:
             "bool": "true or false",
             "choice": f"one of: {', '.join(self.choices)}",
             "factors": f"a list of numbers > 0 and <= {MOST_FACTOR}, one per rotary pair, or a JSON file of them",
+            "curve": f"a non-decreasing list of numbers > 0 and <= {MOST_FACTOR}",
         }[self.kind]
         return text + (", or auto" if self.auto and with_auto else "")
 
@@ -168,7 +172,7 @@ class Param:
         ``factors``, whose one value is a list of numbers, only a list of files or of lists is a grid."""
         if not isinstance(value, (list, tuple)):
             return False
-        if self.kind == "factors":
+        if self.kind in ("factors", "curve"):
             return all(isinstance(v, (list, tuple, str)) for v in value)
         return True
 
@@ -248,8 +252,30 @@ def _check_factors(p: Param, value):
     return tuple(value) if isinstance(value, list) else value
 
 
+def _check_curve(p: Param, value):
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError("is not a list of numbers") from None
+    elif isinstance(value, str) and "|" in value:  # as labels print it: knots=1|1.5|3
+        try:
+            value = [float(v) for v in value.split("|")]
+        except ValueError:
+            raise ValueError("is not a list of numbers") from None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError("is empty" if isinstance(value, (list, tuple)) or _empty(value) else "is not a list of numbers")
+    if not all(_is_number(v) and math.isfinite(v) for v in value):
+        raise ValueError("holds something that is not a finite number")
+    if not all(0 < v <= MOST_FACTOR for v in value):
+        raise ValueError(f"holds a number outside (0, {MOST_FACTOR}]")
+    if any(b < a for a, b in zip(value, value[1:], strict=False)):
+        raise ValueError("is not non-decreasing (a knot below the one before it)")
+    return tuple(float(v) for v in value)
+
+
 _CHECKS = {"float": _check_float, "int": _check_int, "length": _check_length, "bool": _check_bool,
-           "choice": _check_choice, "factors": _check_factors}  # fmt: skip
+           "choice": _check_choice, "factors": _check_factors, "curve": _check_curve}  # fmt: skip
 
 
 # Parameters several methods share, declared once.
@@ -284,6 +310,12 @@ DCA_LOCAL = Param("local_window", None, "length", "the authors' local_window (vL
                   high=MOST_LENGTH, example=512)  # fmt: skip
 LONGROPE_FACTORS = Param("factors", None, "factors", "LongRoPE's searched per-pair factors; auto: the model config's",
                          example="factors.json")  # fmt: skip
+# LongRoPE's search space kept small (issue 46): a monotone curve through a few knots instead of d/2
+# free factors. Each knot between 1 (no interpolation) and 2T/L (a pair stretched past the target).
+LONGROPE_KNOTS = Param("knots", None, "curve", "per-pair factors as a non-decreasing curve through these knots, spread evenly "
+                       "from the first pair to the last (log-linear between knots); instead of factors",
+                       example="[1,1.5,3,4]", tune=tune_range("log", "1 (pair kept) to 2T/L, per knot; 4 knots, sorted",
+                                                              1, lambda L, T: 2 * T / L, knots=4))  # fmt: skip
 
 
 def format_value(value) -> str:

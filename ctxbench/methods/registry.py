@@ -83,6 +83,7 @@ from ctxbench.methods.params import (
     DCA_LOCAL,
     FLOOR_SCALE,
     LONGROPE_FACTORS,
+    LONGROPE_KNOTS,
     MOST_ATTENTION_FACTOR,
     MOST_BASE,
     MOST_LAYER,
@@ -257,6 +258,7 @@ METHODS: dict[str, Method] = {
         "longrope", longrope_freqs, "theta_i / lambda_i (searched); scale sqrt(1+ln(s)/ln(L))",
         "LongRoPE, arXiv 2402.13753", declared=(
             LONGROPE_FACTORS,
+            LONGROPE_KNOTS,
             Param("attention_factor", None, "float", "multiplies cos and sin; auto: sqrt(1+ln(s)/ln(L))", low=0,
                   low_inclusive=False, high=MOST_ATTENTION_FACTOR, example=1.0),
         ), dynamic=True, check=longrope_check,

@@ -12,10 +12,7 @@ MARKERS = {"complete": ("o", "C0"), "pruned": ("x", "C3"), "guarded": ("s", "C1"
 
 
 def _value(trial, dim: str, space):
-    params = dict(trial.candidate.params)
-    if dim == "factor":
-        return trial.candidate.factor
-    return params.get(dim)
+    return space.value(trial.candidate, dim)
 
 
 def plot_trials(trials: list, space, path: str | Path) -> Path:

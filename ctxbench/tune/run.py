@@ -122,11 +122,18 @@ def check(settings: TuneSettings, config) -> Space:
                         f"{engine} supports: {', '.join(exportable(engine))} (or --export json)")  # fmt: skip
     geom = load_geometry(config.model, config.trust_remote_code)  # the config alone: no weights
     space = space_for(settings.method, geom.trained_len, settings.target, list(settings.only) or None)
-    config.check()  # the model's files and the backend, still without loading
-    for c in (space.defaults(),):
-        from ctxbench.methods.setting import check_derived
+    from ctxbench.methods.setting import check_applicable, check_derived, frequencies, numpy_namespace
 
-        check_derived(space.setting(c), geom, c.factor, [settings.target])
+    defaults = space.setting(space.defaults())
+    try:  # the published defaults are the first contender: a method whose defaults come from the config needs them there
+        check_applicable(defaults, geom)
+        if geom.has_rope:
+            frequencies(defaults, geom, space.defaults().factor, settings.target, xp=numpy_namespace())
+    except UserError as exc:
+        raise UserError(f"{space.method}'s published defaults cannot run on {config.model}: {exc.what}",
+                        "tune it on a model whose config carries them (LongRoPE: a Phi-3 model), or tune another method") from None
+    check_derived(defaults, geom, space.defaults().factor, [settings.target])
+    config.check()  # the model's files and the backend, still without loading
     return space
 
 

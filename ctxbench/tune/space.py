@@ -36,6 +36,7 @@ class Dim:
     values: tuple = ()
     integer: bool = False
     why: str = ""
+    part_of: str = ""  # a knot of this curve parameter (``knots.2`` of ``knots``), else ""
 
     def sample(self, rng: random.Random):
         if self.scale == "grid":
@@ -96,9 +97,28 @@ class Space:
         return rule(dict(candidate.params), self.trained, self.target) if rule else None
 
     def candidate(self, values: dict) -> Candidate:
+        """The point of these dimension values; a curve's knots (``knots.0``, ``knots.1``, ...) become
+        one parameter, sorted (a curve that never falls, as LongRoPE's factors rise from the
+        highest-frequency pair to the lowest)."""
         factor = float(values.get(FACTOR, self.base_factor))
-        params = tuple(sorted((k, v) for k, v in values.items() if k != FACTOR))
-        return Candidate(float(f"{factor:.6g}"), params)
+        parts = {d.name: d.part_of for d in self.dims if d.part_of}
+        params = {k: v for k, v in values.items() if k != FACTOR and k not in parts}
+        for curve in dict.fromkeys(parts.values()):
+            knots = [values[d.name] for d in self.dims if d.part_of == curve and d.name in values]
+            if knots:
+                params[curve] = tuple(sorted(float(f"{k:.3g}") for k in knots))
+        return Candidate(float(f"{factor:.6g}"), tuple(sorted(params.items())))
+
+    def value(self, candidate: Candidate, dim: str):
+        """The value of dimension ``dim`` at ``candidate`` (a knot's after sorting)."""
+        if dim == FACTOR:
+            return candidate.factor
+        d = next((d for d in self.dims if d.name == dim), None)
+        params = dict(candidate.params)
+        if d is not None and d.part_of:
+            knots = params.get(d.part_of)
+            return None if knots is None else knots[int(dim.rsplit(".", 1)[1])]
+        return params.get(dim)
 
     def sample(self, rng: random.Random, tries: int = 1000) -> Candidate:
         """A random point that the rule keeps (uniform over each dimension's scale)."""
@@ -130,7 +150,10 @@ class Space:
         ``--method 'yarn(beta_fast=24)' -f 2.3`` (quoted for a shell: the brackets)."""
         if not candidate.params:
             return f"--method {self.method} -f {candidate.factor:g}"
-        spec = self.method + "(" + ",".join(f"{k}={format_value(v)}" for k, v in candidate.params) + ")"
+        def text(v) -> str:  # a curve as a JSON list, which a method spec reads back as one value
+            return "[" + ",".join(format_value(x) for x in v) + "]" if isinstance(v, (list, tuple)) else format_value(v)
+
+        spec = self.method + "(" + ",".join(f"{k}={text(v)}" for k, v in candidate.params) + ")"
         return f"--method '{spec}' -f {candidate.factor:g}"
 
 
@@ -174,7 +197,9 @@ def space_for(method: str, trained: int, target: int, only: list[str] | None = N
             dims.append(Dim(name, "grid", values=values, integer=True, why=tune.why))
         else:
             low, high = tune.bounds(trained, target)
-            dims.append(Dim(name, tune.scale, low=float(low), high=float(high), integer=integer, why=tune.why))
+            for j in range(tune.knots) if tune.knots else (None,):  # a curve: one dimension per knot
+                dims.append(Dim(name if j is None else f"{name}.{j}", tune.scale, low=float(low), high=float(high),
+                                integer=integer, why=tune.why, part_of=name if j is not None else ""))  # fmt: skip
     return Space(entry.name, trained, target, tuple(dims))
 
 

@@ -36,6 +36,8 @@ CASES = {
     "unknown export engine": (["--method", "yarn", "--target", "128", "--budget", "2", "--export", "vlm"], "unknown engine 'vlm'"),
     "export the method cannot take": (["--method", "self-extend", "--target", "128", "--budget", "2", "--export", "vllm"],
                                       "--export vllm: vllm cannot express method 'self-extend'"),
+    "defaults the model lacks": (["--method", "longrope", "--target", "128", "--budget", "2"],
+                                 "longrope's published defaults cannot run on"),
     "missing local file": (["--method", "yarn", "--target", "128", "--budget", "2", "--dataset", "./no-such-docs.jsonl"],
                            "no-such-docs.jsonl"),
 }
