@@ -76,10 +76,14 @@ class ModelConfig:
         if self.backend != "hf":
             check_tensor_parallel(self.tensor_parallel, self.backend, self.model, self.trust_remote_code)
 
-    def load(self):
+    def load(self, console=None):
+        """The loaded model, through its backend; with a rich ``console``, a "loading ..." status meanwhile."""
         from ctxbench import backends
 
-        return backends.get(self.backend).load(self)
+        if console is None:
+            return backends.get(self.backend).load(self)
+        with console.status(f"loading {self.model} ..."):
+            return backends.get(self.backend).load(self)
 
 
 @dataclass(frozen=True)
@@ -183,11 +187,7 @@ def execute(
     run_id = distributed.shared(w, new_run_id())
     if isinstance(model, ModelConfig):
         model = replace(model, device=distributed.rank_device(model.device, w))
-        if show is not None:
-            with show.status(f"loading {model.model} ..."):
-                lm = model.load()
-        else:
-            lm = model.load()
+        lm = model.load(show)
     else:
         lm = model
     jobs = [Job(job.task, job.task.settled(lm, job.settings)) for job in jobs]  # model-implied defaults, once

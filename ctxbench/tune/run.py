@@ -201,14 +201,7 @@ def tune(settings: TuneSettings, config, console=None) -> TuneOutcome:
         show_plan(console, space, settings, trials, config)
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    if loaded is None:
-        if console is not None:
-            with console.status(f"loading {config.model} ..."):
-                lm = config.load()
-        else:
-            lm = config.load()
-    else:
-        lm = loaded
+    lm = config.load(console) if loaded is None else loaded
     try:
         return _tune(lm, space, settings, trials, out, console, start)
     finally:
