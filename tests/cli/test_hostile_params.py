@@ -140,6 +140,13 @@ PARAM_CASES = [
     ("longrope", ["factors=true"], ["longrope parameter factors", "true is neither a list of numbers nor a file name"]),
     ("longrope", ["factors=12"], ["longrope parameter factors", "12 is neither"]),
     ("longrope", ["factors="], ["longrope parameter factors", "'' is empty"]),
+    # longrope knots: a non-decreasing list of numbers > 0, not beside factors
+    ("longrope", ["knots=[2,1]"], ["longrope parameter knots", "[2, 1] is not non-decreasing"]),
+    ("longrope", ["knots=[]"], ["longrope parameter 'knots'", "empty list"]),
+    ("longrope", ["knots=[0,1]"], ["longrope parameter knots", "outside (0,"]),
+    ("longrope", ["knots=[1,NaN]"], ["longrope parameter knots", "not a finite number"]),
+    ("longrope", ["knots=abc"], ["longrope parameter knots", "'abc' is not a list of numbers"]),
+    ("longrope", ["knots=[1,2]", f"factors=[{','.join(['1'] * PAIRS)}]"], ["longrope takes factors or knots, not both"]),
     ("longrope", ["factors=[1,2"], ["bad --param 'factors=[1,2'", "never closed"]),
     ("longrope", ["factors=1,2]"], ["closes nothing"]),
     ("longrope", ["attention_factor=abc"], ["longrope parameter attention_factor", "'abc'"]),
