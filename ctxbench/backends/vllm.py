@@ -36,6 +36,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 from ctxbench.errors import UserError
 
@@ -304,11 +305,31 @@ def _layer_of(name: str) -> int | None:
     return None
 
 
-def _tables(model) -> dict:
+def _transformers_table(module, positions: int):
+    """The ``(positions, rotary_dim)`` cos/sin table a transformers rotary module computes (vLLM runs
+    an architecture it has no model of, GPT-NeoX in 0.32, through its transformers modeling backend,
+    whose rotary module is transformers' own: ``inv_freq`` and ``attention_scaling``, applied per
+    forward in float32). A rope type transformers recomputes per sequence length (``dynamic``,
+    ``longrope``) is computed as it is for ``positions`` tokens."""
+    import torch
+
+    from ctxbench.methods.native import DYNAMIC_ROPE_TYPES
+
+    inv_freq, scale = module.inv_freq, float(getattr(module, "attention_scaling", 1.0))
+    if getattr(module, "rope_type", "default") in DYNAMIC_ROPE_TYPES:
+        inv_freq, scale = module.rope_init_fn(module.config, "cpu", seq_len=positions)
+    angles = torch.arange(positions, dtype=torch.float32)[:, None] * inv_freq.float().cpu()[None, :]  # (positions, rotary_dim / 2)
+    return torch.cat([angles.cos(), angles.sin()], dim=-1) * float(scale)  # (positions, rotary_dim)
+
+
+def _tables(model, positions: int = 0) -> dict:
     """What an engine computes positions with, read from its model in the worker: each rotary
-    module's class, ``cos_sin_cache`` (float32, CPU; ``(positions, rotary_dim)``, rotary_dim below
-    the head dim for a partial rotary) and the decoder layers that use it (vLLM shares one module
-    between layers of equal settings), and each attention layer's softmax scale."""
+    module's class, cos/sin table (float32, CPU; ``(positions, rotary_dim)``, rotary_dim below the
+    head dim for a partial rotary: vLLM's ``cos_sin_cache``, or ``positions`` rows computed from a
+    transformers rotary module's ``inv_freq``) and the decoder layers that use it (vLLM shares one
+    module between layers of equal settings), and each attention layer's softmax scale."""
+    import torch
+
     rotary, layers, scales = {}, {}, set()
     for name, module in model.named_modules(remove_duplicate=False):
         cache = getattr(module, "cos_sin_cache", None)
@@ -317,6 +338,8 @@ def _tables(model) -> dict:
             # the long one where its max_model_len passes the original length (use_long_rope)
             k = int(module.original_max_position_embeddings)
             cache = module.long_short_cos_sin_cache[k:] if module.use_long_rope else module.long_short_cos_sin_cache[:k]
+        if cache is None and isinstance(getattr(module, "inv_freq", None), torch.Tensor) and positions and id(module) not in rotary:
+            cache = _transformers_table(module, positions)
         if cache is not None:
             if id(module) not in rotary:
                 rotary[id(module)] = (type(module).__name__, cache.detach().float().cpu())
@@ -335,7 +358,7 @@ def check_engine(llm, method, geom, factor: float, max_len: int) -> None:
     ``method`` at ``factor`` at every position ``< max_len`` (within the rounding of the table's
     dtype), and every softmax scale is ``head_dim ** -0.5``. On a per-layer-type model the tables
     of the layers of another type are held to that type's shipped parameters."""
-    [found] = llm.apply_model(_tables)
+    [found] = llm.apply_model(partial(_tables, positions=max_len))
     config = llm.llm_engine.model_config.hf_text_config
     compare_tables(found, method, geom, factor, max_len, dtype=llm.llm_engine.model_config.dtype,
                    layer_types=tuple(getattr(config, "layer_types", None) or ()))  # fmt: skip
@@ -403,8 +426,37 @@ def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype
                             "run it with --backend hf")  # fmt: skip
 
 
+# Model types vLLM (0.32) has no model of its own for: it runs them through its transformers modeling
+# backend (vllm/model_executor/models/registry.py: "GPTNeoXForCausalLM": ("transformers",
+# "TransformersForCausalLM"), likewise OLMo, OLMo-2/3, Phi-1/2, StarCoder2, SmolLM3, GLM, ...), whose
+# rotary module is transformers' own: its table is read from ``inv_freq`` (:func:`_transformers_table`),
+# and a rope type only vLLM has is not there.
+TRANSFORMERS_BACKEND_MODELS = ("arcee", "cwm", "glm", "gpt_bigcode", "gpt_neox", "hunyuan_v1_dense", "jais2", "nanbeige",
+                               "olmo", "olmo2", "olmo3", "phi", "seed_oss", "smollm3", "starcoder2", "vaultgemma")  # fmt: skip
+
+
+def check_model_method(method, geom, factor: float) -> None:
+    """Refuse, before the plan, a method vLLM cannot run on this model (its architecture, not the
+    method alone): a rope type only vLLM has (``ntk-mixed``: vLLM's ``ntk``) on a model vLLM runs
+    through transformers (:data:`TRANSFORMERS_BACKEND_MODELS`), which computes transformers' types only."""
+    from ctxbench.methods.export import method_rope, vllm_settings
+
+    if geom.model_type not in TRANSFORMERS_BACKEND_MODELS or not geom.has_rope or refusal(method) is not None:
+        return
+    if method.freq.exports.refusal("transformers") is not None:  # a type transformers cannot express
+        rope = method_rope(vllm_settings(method, geom, factor)["hf_overrides"].get("rope_parameters") or {}, geom)
+        rope_type = rope.get("rope_type", "default")
+        raise UserError(f"vLLM runs model type '{geom.model_type}' through its transformers modeling backend, whose RoPE "
+                        f"has no '{rope_type}' type, and method '{method.label}' needs it", "run it with --backend hf")  # fmt: skip
+
+
 def check_layouts(lm, jobs) -> None:
-    """Nothing to check before the plan: each engine's tables are checked when it starts (:func:`check_engine`)."""
+    """Refuse, before the plan, a method vLLM cannot run on this model (:func:`check_model_method`);
+    each engine's tables are checked again when it starts (:func:`check_engine`)."""
+    for job in jobs:
+        for method in getattr(job.settings, "methods", ()):
+            for factor in getattr(job.settings, "factors", ()) or (1.0,):
+                check_model_method(method, lm.geometry, factor)
 
 
 def num_layers(lm) -> int | None:
