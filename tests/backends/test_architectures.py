@@ -199,6 +199,7 @@ def test_a_method_vllm_cannot_run_on_an_architecture_is_refused_before_the_plan(
     from helpers import cli_main
 
     path = str(build("gpt-neox", tmp_path / "neox"))
+    capsys.readouterr()  # what saving the checkpoint printed
     code, out, err = cli_main(["ppl", "--backend", "vllm", "--model", path, "--dtype", "float32", "--method", "ntk-mixed",
                                "--param", "mixed_b=0.625", "--len", "512", "--docs", "1"], monkeypatch, capsys)  # fmt: skip
     one_error_line(code, err, ["gpt_neox", "transformers modeling backend", "'ntk'", "--backend hf"])
