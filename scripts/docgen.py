@@ -564,9 +564,10 @@ def architectures_table(path: str = "results/architectures.csv") -> None:
             return "–"
         if r["status"] == "ok":
             return "✓"
-        if r["reason"] and r["reason"] not in reasons:
-            reasons.append(r["reason"])
-        n = reasons.index(r["reason"]) + 1 if r["reason"] else 0
+        why = re.sub(r"^vLLM cannot run method '[^']*': ", "", r["reason"])  # one number for one reason, whatever the method
+        if why and why not in reasons:
+            reasons.append(why)
+        n = reasons.index(why) + 1 if why else 0
         return ("✗" if r["status"] == "refused" else r["status"]) + (f" ({n})" if n else "")
 
     _out("| method | " + " | ".join(f"{a}<br>`{cell[(a, 'hf', methods[0])]['model_type']}`" for a in archs) + " |")
@@ -575,7 +576,7 @@ def architectures_table(path: str = "results/architectures.csv") -> None:
         _out(f"| `{m}` | " + " | ".join(f"{mark(cell.get((a, 'hf', m)))} / {mark(cell.get((a, 'vllm', m)))}" for a in archs) + " |")
     _out("")
     _out("Each cell is transformers (`hf`) / vLLM. ✓: runs (on vLLM: the engine check passed, and perplexity and "
-         "answer NLL agree with transformers' within 1% and 5%); ✗: refused before the plan, for the reason numbered:")
+         "answer NLL agree with transformers' within 1% and 5%); ✗: refused before the plan, in one line, for the reason numbered:")
     _out("")
     for i, reason in enumerate(reasons, 1):
         _out(f"{i}. {_cell(reason)}")
@@ -584,8 +585,8 @@ def architectures_table(path: str = "results/architectures.csv") -> None:
         worst = max(ran, key=lambda r: float(r["ppl_rel_diff"]))
         worst_nll = max(ran, key=lambda r: float(r["answer_nll_rel_diff"]))
         _out("")
-        _out(f"Over the {len(ran)} method x architecture cells that run on vLLM (perplexity and passkey's answer NLL at "
-             f"{rows[0]['lengths'].replace(',', ' and ')} tokens, factor {rows[0]['factor']}, float32): the largest perplexity "
+        _out(f"Over the {len(ran)} method x architecture cells that run on vLLM (perplexity at {rows[0]['lengths'].replace(',', ' and ')} "
+             f"tokens, passkey's answer NLL at {rows[0]['lengths'].split(',')[0]}, factor {rows[0]['factor']}, float32): the largest perplexity "
              f"difference is {float(worst['ppl_rel_diff']):.1e} relative ({worst['architecture']}, `{worst['method']}`), the largest "
              f"answer NLL difference {float(worst_nll['answer_nll_rel_diff']):.1e} ({worst_nll['architecture']}, `{worst_nll['method']}`).")
     r0 = rows[0]

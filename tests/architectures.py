@@ -131,6 +131,7 @@ def refusal(backend: str, name: str, method: str, model=None) -> str | None:
     from ctxbench.backends import vllm
     from ctxbench.errors import UserError
     from ctxbench.methods import check_applicable, check_derived
+    from ctxbench.methods.export import vllm_settings
     from ctxbench.methods.patching import check_layout
 
     setting, geom = setting_of(method), geometry_of(name)
@@ -141,6 +142,7 @@ def refusal(backend: str, name: str, method: str, model=None) -> str | None:
             reason = vllm.refusal(setting)
             if reason is not None:
                 return f"vLLM cannot run method '{setting.label}': {reason}"
+            vllm_settings(setting, geom, FACTOR)  # what vllm.check_cells asks of each cell
             vllm.check_model_method(setting, geom, FACTOR)
         layers = SHAPE["num_hidden_layers"] if setting.attention is not None and setting.attention.layers is not None else None
         check_derived(setting, geom, factor, list(LENGTHS), layers)
