@@ -57,8 +57,9 @@ def _cells(frame, metric: str) -> dict:
 
 def measure(lm, method: str) -> dict:
     """``ppl`` and passkey's ``answer_nll`` of ``method`` on ``lm`` at every length: {(metric, label, length): value}."""
-    import ctxbench
     from architectures import FACTOR, LENGTHS, PARAMS
+
+    import ctxbench
 
     kw = dict(method=method, factor=FACTOR, seed=0)
     params = PARAMS.get(method)

@@ -299,7 +299,7 @@ def engine_failure(exc: BaseException, lm, method, max_len: int):
 def _layer_of(name: str) -> int | None:
     """The decoder layer a module's dotted name is under (``model.layers.3.self_attn.rotary_emb``: 3)."""
     parts = name.split(".")
-    for before, part in zip(parts, parts[1:]):
+    for before, part in zip(parts, parts[1:], strict=False):
         if before in ("layers", "h", "blocks") and part.isdigit():
             return int(part)
     return None

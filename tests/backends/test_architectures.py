@@ -10,7 +10,17 @@ import math
 
 import pytest
 import torch
-from architectures import ARCHITECTURES, BACKENDS, FACTOR, build, config_of, geometry_of, methods, random_model, refusal
+from architectures import (
+    ARCHITECTURES,
+    BACKENDS,
+    FACTOR,
+    build,
+    config_of,
+    geometry_of,
+    methods,
+    random_model,
+    refusal,
+)
 from helpers import RESULTS, one_error_line, read_csv
 
 from ctxbench.errors import UserError
