@@ -218,3 +218,17 @@ def test_a_method_vllm_cannot_run_on_an_architecture_is_refused_before_the_plan(
 
 def test_config_of_gives_each_architectures_model_type():
     assert [config_of(n).model_type for n in ARCHITECTURES] == ["llama", "qwen2", "qwen3", "phi3", "gemma3_text", "gpt_neox", "mistral", "olmo2"]
+
+
+def test_phi35s_longrope_at_exactly_its_original_length_is_refused_on_vllm():
+    """vLLM picks the long factors once max_model_len (n + 1) passes the original length, transformers
+    past it: at n = 4096 they differ (the engine check found it), one token either side they agree."""
+    from ctxbench.backends.vllm import longrope_switch
+    from ctxbench.methods.export import method_rope, vllm_settings
+
+    geom = geometry_of("phi-3.5")
+    rope = method_rope(vllm_settings(resolve("native"), geom, 1.0)["hf_overrides"]["rope_parameters"], geom)
+    assert "short factors in transformers" in longrope_switch(rope, 4096)
+    assert longrope_switch(rope, 4095) is None and longrope_switch(rope, 4097) is None
+    yarn = method_rope(vllm_settings(resolve("yarn"), geom, 2.0)["hf_overrides"]["rope_parameters"], geom)
+    assert longrope_switch(yarn, 4096) is None
