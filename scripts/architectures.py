@@ -29,6 +29,7 @@ import argparse
 import csv
 import datetime as dt
 import math
+import subprocess
 import sys
 import tempfile
 from importlib import metadata
@@ -155,7 +156,13 @@ def main() -> None:
     order = {n: i for i, n in enumerate(ARCHITECTURES)}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:  # the file is written after each architecture: a killed run keeps what it measured
-            kept += rows_for(name, backends, Path(tmp))
+            if len(names) == 1:
+                kept += rows_for(name, backends, Path(tmp))
+            else:  # each architecture in a fresh process: vLLM's transformers modeling backend patches classes in-process
+                part = Path(tmp) / f"{name}.csv"
+                subprocess.run([sys.executable, __file__, "--only", name, "--backends", args.backends, "--out", str(part)], check=True)
+                with open(part, newline="") as f:
+                    kept += list(csv.DictReader(f))
             rows = sorted(kept, key=lambda r: (order.get(r["architecture"], 99), r["backend"]))
             with open(args.out, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
