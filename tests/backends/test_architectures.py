@@ -208,6 +208,7 @@ def test_each_architecture_computes_on_vllm_what_transformers_does(name, tmp_pat
 def test_a_method_vllm_cannot_run_on_an_architecture_is_refused_before_the_plan(tmp_path, monkeypatch, capsys):
     from helpers import cli_main
 
+    monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path / "cache"))  # its own cache: no note about another version's entries
     path = str(build("gpt-neox", tmp_path / "neox"))
     capsys.readouterr()  # what saving the checkpoint printed
     code, out, err = cli_main(["ppl", "--backend", "vllm", "--model", path, "--dtype", "float32", "--method", "ntk-mixed",
