@@ -12,7 +12,10 @@ Before an engine answers anything, its rotary tables are read back and compared 
 own (:func:`check_engine`): vLLM's ``cos_sin_cache`` of every rotary module, position by position,
 against ``cos(p * inv_freq) * attention_scale`` and ``sin(...)`` from
 :func:`ctxbench.methods.frequencies` for the same method, factor and length, and each attention
-layer's softmax scale against ``head_dim ** -0.5``. An override vLLM ignored or read differently
+layer's softmax scale against ``head_dim ** -0.5``. A model vLLM runs through its transformers modeling
+backend (GPT-NeoX, OLMo-2 in 0.32) has transformers' rotary module instead: its table is computed from
+``inv_freq``. On a per-layer-type model (Gemma 3) the method goes to the full-attention layers and each
+table is held to the RoPE of the layers that use it (the sliding layers': as shipped). An override vLLM ignored or read differently
 (SGLang's dropped ``rope_parameters``, a yarn without its ``mscale``, a table shorter than the
 run) is an error naming the method, the engine and the first differing pair.
 
