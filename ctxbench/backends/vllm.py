@@ -115,7 +115,7 @@ def check_cells(lm, jobs, contexts) -> None:
     the factor). A cell needs its length, plus the answer a task decodes past it (``max_new_tokens``:
     passkey's prompt fills the length; RULER's prompt and answer fit in it). The engine check, when
     the engine starts, still compares every position the run uses."""
-    from ctxbench.methods import vllm_table_positions
+    from ctxbench.methods import vllm_longrope_switch, vllm_table_positions
     from ctxbench.methods.export import method_rope, vllm_settings
 
     for job, ctx in zip(jobs, contexts, strict=True):
@@ -123,7 +123,7 @@ def check_cells(lm, jobs, contexts) -> None:
         for cell in job.task.cells(job.settings, ctx):
             factor = cell.factor or 1.0
             rope = method_rope(vllm_settings(cell.method, lm.geometry, factor)["hf_overrides"].get("rope_parameters") or {}, lm.geometry)
-            switch = longrope_switch(rope, cell.length + past)
+            switch = vllm_longrope_switch(rope, cell.length + past)
             if switch is not None:
                 raise UserError(f"vLLM {lm.engine_version} and transformers compute {cell.method.label} differently at {job.task.name} "
                                 f"{cell.length}: {switch}", "run another length (one token more or less), or --backend hf")  # fmt: skip
@@ -134,20 +134,6 @@ def check_cells(lm, jobs, contexts) -> None:
                 raise UserError(f"vLLM {lm.engine_version} builds {what}'s rotary table for {table} positions "
                                 f"(original length x factor), and {job.task.name} at {cell.length} needs {need}",
                                 f"run lengths up to {table - past}, a larger --factor, or --backend hf (transformers computes any position)")  # fmt: skip
-
-
-def longrope_switch(rope: dict, tokens: int) -> str | None:
-    """Where vLLM and transformers pick different LongRoPE factors for a sequence of ``tokens``, why;
-    else None. transformers uses the long factors for a sequence longer than
-    ``original_max_position_embeddings``; vLLM (``Phi3LongRoPEScaledRotaryEmbedding``) for every
-    sequence once ``max_model_len`` passes it, and an engine for ``n`` tokens has ``max_model_len``
-    ``n + 1`` (room for the one sampled token). They differ at exactly ``n = original``: the engine
-    check found it on Phi-3.5 (sin -1.19 where transformers has +1.19 at position 2933)."""
-    original = rope.get("original_max_position_embeddings")
-    if rope.get("rope_type") != "longrope" or original is None or int(tokens) != int(original):
-        return None
-    return (f"a sequence of exactly the original {original} tokens takes LongRoPE's short factors in transformers (long past it) "
-            f"and the long ones in vLLM, whose max_model_len of {original + 1} passes the original length")  # fmt: skip
 
 
 @dataclass

@@ -224,7 +224,7 @@ def test_config_of_gives_each_architectures_model_type():
 def test_phi35s_longrope_at_exactly_its_original_length_is_refused_on_vllm():
     """vLLM picks the long factors once max_model_len (n + 1) passes the original length, transformers
     past it: at n = 4096 they differ (the engine check found it), one token either side they agree."""
-    from ctxbench.backends.vllm import longrope_switch
+    from ctxbench.methods import vllm_longrope_switch as longrope_switch
     from ctxbench.methods.export import method_rope, vllm_settings
 
     geom = geometry_of("phi-3.5")
