@@ -545,6 +545,56 @@ def backend_methods() -> None:
     _out("`--backend vllm` runs: " + ", ".join(f"`{m}`" for m in runs()) + ".")
 
 
+def architectures_table(path: str = "results/architectures.csv") -> None:
+    """Architecture x backend x method from ``scripts/architectures.py``'s file: ✓ ran (on vLLM: the
+    engine check passed and the numbers agree with transformers'), ✗ refused before the plan (the
+    numbered reason), and anything else as its status; then the reasons, the largest differences and
+    what produced the file."""
+    import csv
+
+    with open(ROOT / path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    archs = list(dict.fromkeys(r["architecture"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    cell = {(r["architecture"], r["backend"], r["method"]): r for r in rows}
+    reasons: list[str] = []
+
+    def mark(r: dict | None) -> str:
+        if r is None:
+            return "–"
+        if r["status"] == "ok":
+            return "✓"
+        why = re.sub(r"^vLLM cannot run method '[^']*': ", "", r["reason"])  # one number for one reason, whatever the method
+        if why and why not in reasons:
+            reasons.append(why)
+        n = reasons.index(why) + 1 if why else 0
+        return ("✗" if r["status"] == "refused" else r["status"]) + (f" ({n})" if n else "")
+
+    _out("| method | " + " | ".join(f"{a}<br>`{cell[(a, 'hf', methods[0])]['model_type']}`" for a in archs) + " |")
+    _out("| --- |" + " --- |" * len(archs))
+    for m in methods:
+        _out(f"| `{m}` | " + " | ".join(f"{mark(cell.get((a, 'hf', m)))} / {mark(cell.get((a, 'vllm', m)))}" for a in archs) + " |")
+    _out("")
+    _out("Each cell is transformers (`hf`) / vLLM. ✓: runs (on vLLM: the engine check passed, and perplexity and "
+         "answer NLL agree with transformers' within 1% and 5%); ✗: refused before the plan, in one line, for the reason numbered:")
+    _out("")
+    for i, reason in enumerate(reasons, 1):
+        _out(f"{i}. {_cell(reason)}")
+    ran = [r for r in rows if r["backend"] == "vllm" and r["status"] == "ok"]
+    if ran:
+        worst = max(ran, key=lambda r: float(r["ppl_rel_diff"]))
+        worst_nll = max(ran, key=lambda r: float(r["answer_nll_rel_diff"]))
+        _out("")
+        _out(f"Over the {len(ran)} method x architecture cells that run on vLLM (perplexity at {rows[0]['lengths'].replace(',', ' and ')} "
+             f"tokens, passkey's answer NLL at {rows[0]['lengths'].split(',')[0]}, factor {rows[0]['factor']}, float32): the largest perplexity "
+             f"difference is {float(worst['ppl_rel_diff']):.1e} relative ({worst['architecture']}, `{worst['method']}`), the largest "
+             f"answer NLL difference {float(worst_nll['answer_nll_rel_diff']):.1e} ({worst_nll['architecture']}, `{worst_nll['method']}`).")
+    r0 = rows[0]
+    _out("")
+    _out(f"*`{path}`, written by `scripts/architectures.py` with vLLM {r0['vllm'] or '(not installed)'}, transformers "
+         f"{r0['transformers']}, torch {r0['torch']} on the 2-core CPU machine, {max(r['date'] for r in rows)}.*")
+
+
 def backend_bench(path: str = "results/backend-bench.md") -> None:
     """The table ``scripts/bench_backend.py`` wrote on its last committed run, and per task the trials
     scored the same on both backends (from the run's committed CSVs, through the parity code)."""

@@ -39,7 +39,7 @@ def test_the_pages_that_restate_code_have_their_blocks():
         "docs/engines.md": ["docgen.gpu_status("],
         "docs/design.md": ["docgen.gpu_status("],
         "docs/performance.md": ["docgen.gpu_status("],
-        "docs/backends.md": ["docgen.backend_methods(", "docgen.parity_summary(", "docgen.parity_table(", "docgen.backend_bench(",
+        "docs/backends.md": ["docgen.backend_methods(", "docgen.architectures_table(", "docgen.parity_summary(", "docgen.parity_table(", "docgen.backend_bench(",
                              "docgen.dtype_control("],
         "docs/cli.md": ["docgen.cli_reference("],
         "docs/tune.md": ["docgen.tune_spaces(", "docgen.tune_guard(", "docgen.tune_results(", "docgen.tune_bench("],

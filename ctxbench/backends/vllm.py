@@ -12,7 +12,10 @@ Before an engine answers anything, its rotary tables are read back and compared 
 own (:func:`check_engine`): vLLM's ``cos_sin_cache`` of every rotary module, position by position,
 against ``cos(p * inv_freq) * attention_scale`` and ``sin(...)`` from
 :func:`ctxbench.methods.frequencies` for the same method, factor and length, and each attention
-layer's softmax scale against ``head_dim ** -0.5``. An override vLLM ignored or read differently
+layer's softmax scale against ``head_dim ** -0.5``. A model vLLM runs through its transformers modeling
+backend (GPT-NeoX, OLMo-2 in 0.32) has transformers' rotary module instead: its table is computed from
+``inv_freq``. On a per-layer-type model (Gemma 3) the method goes to the full-attention layers and each
+table is held to the RoPE of the layers that use it (the sliding layers': as shipped). An override vLLM ignored or read differently
 (SGLang's dropped ``rope_parameters``, a yarn without its ``mscale``, a table shorter than the
 run) is an error naming the method, the engine and the first differing pair.
 
@@ -36,6 +39,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 from ctxbench.errors import UserError
 
@@ -111,14 +115,18 @@ def check_cells(lm, jobs, contexts) -> None:
     the factor). A cell needs its length, plus the answer a task decodes past it (``max_new_tokens``:
     passkey's prompt fills the length; RULER's prompt and answer fit in it). The engine check, when
     the engine starts, still compares every position the run uses."""
-    from ctxbench.methods import vllm_table_positions
-    from ctxbench.methods.export import vllm_settings
+    from ctxbench.methods import vllm_longrope_switch, vllm_table_positions
+    from ctxbench.methods.export import method_rope, vllm_settings
 
     for job, ctx in zip(jobs, contexts, strict=True):
         past = int(getattr(job.settings, "max_new_tokens", 0) or 0)
         for cell in job.task.cells(job.settings, ctx):
             factor = cell.factor or 1.0
-            rope = vllm_settings(cell.method, lm.geometry, factor)["hf_overrides"].get("rope_parameters") or {}
+            rope = method_rope(vllm_settings(cell.method, lm.geometry, factor)["hf_overrides"].get("rope_parameters") or {}, lm.geometry)
+            switch = vllm_longrope_switch(rope, cell.length + past)
+            if switch is not None:
+                raise UserError(f"vLLM {lm.engine_version} and transformers compute {cell.method.label} differently at {job.task.name} "
+                                f"{cell.length}: {switch}", "run another length (one token more or less), or --backend hf")  # fmt: skip
             table = vllm_table_positions(rope)
             if table is not None and cell.length + past > table:
                 what = f"{cell.method.label} x{factor:g}"
@@ -295,53 +303,118 @@ def engine_failure(exc: BaseException, lm, method, max_len: int):
     return None
 
 
-def _tables(model) -> dict:
+def _layer_of(name: str) -> int | None:
+    """The decoder layer a module's dotted name is under (``model.layers.3.self_attn.rotary_emb``: 3)."""
+    parts = name.split(".")
+    for before, part in zip(parts, parts[1:], strict=False):
+        if before in ("layers", "h", "blocks") and part.isdigit():
+            return int(part)
+    return None
+
+
+def _transformers_table(module, positions: int):
+    """The ``(positions, rotary_dim)`` cos/sin table a transformers rotary module computes (vLLM runs
+    an architecture it has no model of, GPT-NeoX in 0.32, through its transformers modeling backend,
+    whose rotary module is transformers' own: ``inv_freq`` and ``attention_scaling``, applied per
+    forward in float32). A rope type transformers recomputes per sequence length (``dynamic``,
+    ``longrope``) is computed as it is for ``positions`` tokens."""
+    import torch
+
+    from ctxbench.methods.native import DYNAMIC_ROPE_TYPES
+
+    inv_freq, scale = module.inv_freq, float(getattr(module, "attention_scaling", 1.0))
+    if getattr(module, "rope_type", "default") in DYNAMIC_ROPE_TYPES:
+        inv_freq, scale = module.rope_init_fn(module.config, "cpu", seq_len=positions)
+    angles = torch.arange(positions, dtype=torch.float32)[:, None] * inv_freq.float().cpu()[None, :]  # (positions, rotary_dim / 2)
+    return torch.cat([angles.cos(), angles.sin()], dim=-1) * float(scale)  # (positions, rotary_dim)
+
+
+def _tables(model, positions: int = 0) -> dict:
     """What an engine computes positions with, read from its model in the worker: each rotary
-    module's class and ``cos_sin_cache`` (float32, CPU) and each attention layer's softmax scale."""
-    rotary, scales = {}, set()
-    for module in model.modules():
+    module's class, cos/sin table (float32, CPU; ``(positions, rotary_dim)``, rotary_dim below the
+    head dim for a partial rotary: vLLM's ``cos_sin_cache``, or ``positions`` rows computed from a
+    transformers rotary module's ``inv_freq``) and the decoder layers that use it (vLLM shares one
+    module between layers of equal settings), and each attention layer's softmax scale."""
+    import torch
+
+    rotary, layers, scales = {}, {}, set()
+    for name, module in model.named_modules(remove_duplicate=False):
         cache = getattr(module, "cos_sin_cache", None)
         if cache is None and getattr(module, "long_short_cos_sin_cache", None) is not None:
             # LongRoPE: the short table (original length rows) then the long one; an engine reads one,
             # the long one where its max_model_len passes the original length (use_long_rope)
             k = int(module.original_max_position_embeddings)
             cache = module.long_short_cos_sin_cache[k:] if module.use_long_rope else module.long_short_cos_sin_cache[:k]
-        if cache is not None and id(module) not in rotary:
-            rotary[id(module)] = (type(module).__name__, cache.detach().float().cpu())
+        if cache is None and isinstance(getattr(module, "inv_freq", None), torch.Tensor) and positions and id(module) not in rotary:
+            cache = _transformers_table(module, positions)
+        if cache is not None:
+            if id(module) not in rotary:
+                rotary[id(module)] = (type(module).__name__, cache.detach().float().cpu())
+            layer = _layer_of(name)
+            if layer is not None:
+                layers.setdefault(id(module), set()).add(layer)
         impl = getattr(module, "impl", None)
         if impl is not None and hasattr(impl, "scale"):
             scales.add(float(impl.scale))
-    return {"rotary": list(rotary.values()), "scales": sorted(scales)}
+    found = [(cls, table, tuple(sorted(layers.get(key, ())))) for key, (cls, table) in rotary.items()]
+    return {"rotary": found, "scales": sorted(scales)}
 
 
 def check_engine(llm, method, geom, factor: float, max_len: int) -> None:
     """Raise :class:`UserError` unless every rotary table of the engine equals ctxbench's own for
     ``method`` at ``factor`` at every position ``< max_len`` (within the rounding of the table's
-    dtype), and every softmax scale is ``head_dim ** -0.5``."""
-    [found] = llm.apply_model(_tables)
-    compare_tables(found, method, geom, factor, max_len, dtype=llm.llm_engine.model_config.dtype)
+    dtype), and every softmax scale is ``head_dim ** -0.5``. On a per-layer-type model the tables
+    of the layers of another type are held to that type's shipped parameters."""
+    [found] = llm.apply_model(partial(_tables, positions=max_len))
+    config = llm.llm_engine.model_config.hf_text_config
+    compare_tables(found, method, geom, factor, max_len, dtype=llm.llm_engine.model_config.dtype,
+                   layer_types=tuple(getattr(config, "layer_types", None) or ()))  # fmt: skip
 
 
-def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype=None) -> None:
-    """:func:`check_engine` on tables already read (``{"rotary": [(class, (positions, rotary_dim))],
-    "scales": [...]}``), so the comparison is tested without an engine."""
+def _shipped(geom, kind: str):
+    """The geometry of layer type ``kind`` of a per-layer-type model, as shipped (its own base and scaling)."""
+    from dataclasses import replace
+
+    params = geom.other_layers[kind]
+    native = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    return replace(geom, base=float(params["rope_theta"]), native=native, layer_type=kind, other_layers={})
+
+
+def _expected(method, geom, factor: float, max_len: int, kinds: set):
+    """What a table used by layers of ``kinds`` should hold: ``(what, inv_freq, scale)``."""
+    from ctxbench.methods import frequencies, resolve
+
+    what = f"{method.label} x{factor:g}"
+    if not geom.layer_type or not kinds or kinds == {geom.layer_type}:
+        return what, *frequencies(method, geom, factor, max_len)
+    if len(kinds) > 1 or not kinds <= set(geom.other_layers):
+        raise UserError(f"vLLM {version() or ''} shares one rotary table between layer types {', '.join(sorted(kinds))}, "
+                        f"where {method.label} changes the '{geom.layer_type}' layers' only", "run it with --backend hf")  # fmt: skip
+    [kind] = kinds
+    return f"the '{kind}' layers' shipped RoPE", *frequencies(resolve("native"), _shipped(geom, kind), 1.0, max_len)
+
+
+def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype=None, layer_types: tuple = ()) -> None:
+    """:func:`check_engine` on tables already read (``{"rotary": [(class, (positions, rotary_dim),
+    layers)], "scales": [...]}``, ``layers`` the decoder layers using the table, ``layer_types`` the
+    config's type of each layer), so the comparison is tested without an engine."""
     import torch
-
-    from ctxbench.methods import frequencies
 
     engine = f"vLLM {version() or ''}".strip()
     what = f"{method.label} x{factor:g}"
     if not found["rotary"]:
         raise UserError(f"{engine} runs {what} with no rotary table ctxbench can read", "run it with --backend hf")
-    inv_freq, scale = frequencies(method, geom, factor, max_len)
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (positions, 1)
-    angles = pos * inv_freq.double()[None, :]  # (positions, rotary_dim / 2)
-    want = torch.cat([angles.cos(), angles.sin()], dim=-1) * scale  # (positions, rotary_dim), neox layout
-    # the table is rounded to its dtype (bf16: 2^-8 relative) after float32 angles, whose error grows with the position
-    tol = (2.0**-7 if str(dtype).endswith("bfloat16") else 2.0**-10) * max(1.0, abs(scale)) + 4 * max_len * 2.0**-24
-    for cls, table in found["rotary"]:
+    for entry in found["rotary"]:
+        cls, table, layers = (*entry, ())[:3]
+        kinds = {layer_types[i] for i in layers if i < len(layer_types)}
+        label, inv_freq, scale = _expected(method, geom, factor, max_len, kinds)
+        angles = pos * inv_freq.double()[None, :]  # (positions, rotary_dim / 2)
+        want = torch.cat([angles.cos(), angles.sin()], dim=-1) * scale  # (positions, rotary_dim), neox layout
+        # the table is rounded to its dtype (bf16: 2^-8 relative) after float32 angles, whose error grows with the position
+        tol = (2.0**-7 if str(dtype).endswith("bfloat16") else 2.0**-10) * max(1.0, abs(scale)) + 4 * max_len * 2.0**-24
         if table.shape[0] < max_len or table.shape[1] != want.shape[1]:
-            raise UserError(f"{engine} computes {what} with a rotary table ({cls}) of {table.shape[0]} positions x {table.shape[1]}, "
+            raise UserError(f"{engine} computes {label} with a rotary table ({cls}) of {table.shape[0]} positions x {table.shape[1]}, "
                             f"and the run needs {max_len} x {want.shape[1]}: positions past its end would be read out of bounds",
                             "run it with --backend hf, or at lengths the engine's table covers")  # fmt: skip
         diff = (table[:max_len].double() - want).abs()  # (positions, rotary_dim)
@@ -349,7 +422,7 @@ def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype
             p, j = divmod(int(diff.argmax()), want.shape[1])
             half = want.shape[1] // 2
             kind, pair = ("cos", j) if j < half else ("sin", j - half)
-            raise UserError(f"{engine} does not compute {what} as ctxbench does: its {cls} gives {kind} {float(table[p, j]):.6g} at "
+            raise UserError(f"{engine} does not compute {label} as ctxbench does: its {cls} gives {kind} {float(table[p, j]):.6g} at "
                             f"position {p}, frequency pair {pair}, where ctxbench has {float(want[p, j]):.6g} "
                             f"(inv_freq {float(inv_freq[pair]):.6g}, attention scale {scale:.6g}; tolerance {tol:.2g})",
                             "run it with --backend hf; the engine ignored or read the rope override differently")  # fmt: skip
@@ -360,8 +433,37 @@ def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype
                             "run it with --backend hf")  # fmt: skip
 
 
+# Model types vLLM (0.32) has no model of its own for: it runs them through its transformers modeling
+# backend (vllm/model_executor/models/registry.py: "GPTNeoXForCausalLM": ("transformers",
+# "TransformersForCausalLM"), likewise OLMo, OLMo-2/3, Phi-1/2, StarCoder2, SmolLM3, GLM, ...), whose
+# rotary module is transformers' own: its table is read from ``inv_freq`` (:func:`_transformers_table`),
+# and a rope type only vLLM has is not there.
+TRANSFORMERS_BACKEND_MODELS = ("arcee", "cwm", "glm", "gpt_bigcode", "gpt_neox", "hunyuan_v1_dense", "jais2", "nanbeige",
+                               "olmo", "olmo2", "olmo3", "phi", "seed_oss", "smollm3", "starcoder2", "vaultgemma")  # fmt: skip
+
+
+def check_model_method(method, geom, factor: float) -> None:
+    """Refuse, before the plan, a method vLLM cannot run on this model (its architecture, not the
+    method alone): a rope type only vLLM has (``ntk-mixed``: vLLM's ``ntk``) on a model vLLM runs
+    through transformers (:data:`TRANSFORMERS_BACKEND_MODELS`), which computes transformers' types only."""
+    from ctxbench.methods.export import method_rope, vllm_settings
+
+    if geom.model_type not in TRANSFORMERS_BACKEND_MODELS or not geom.has_rope or refusal(method) is not None:
+        return
+    if method.freq.exports.refusal("transformers") is not None:  # a type transformers cannot express
+        rope = method_rope(vllm_settings(method, geom, factor)["hf_overrides"].get("rope_parameters") or {}, geom)
+        rope_type = rope.get("rope_type", "default")
+        raise UserError(f"vLLM runs model type '{geom.model_type}' through its transformers modeling backend, whose RoPE "
+                        f"has no '{rope_type}' type, and method '{method.label}' needs it", "run it with --backend hf")  # fmt: skip
+
+
 def check_layouts(lm, jobs) -> None:
-    """Nothing to check before the plan: each engine's tables are checked when it starts (:func:`check_engine`)."""
+    """Refuse, before the plan, a method vLLM cannot run on this model (:func:`check_model_method`);
+    each engine's tables are checked again when it starts (:func:`check_engine`)."""
+    for job in jobs:
+        for method in getattr(job.settings, "methods", ()):
+            for factor in getattr(job.settings, "factors", ()) or (1.0,):
+                check_model_method(method, lm.geometry, factor)
 
 
 def num_layers(lm) -> int | None:

@@ -89,6 +89,7 @@ from ctxbench.methods.engines import (  # noqa: F401
     proportional_rope,
     rebased,
     same_in_vllm,
+    vllm_longrope_switch,
     vllm_table_positions,
     yarn_flags,
     yarn_rope,

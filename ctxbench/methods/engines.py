@@ -71,6 +71,20 @@ def vllm_table_positions(rope: dict) -> int | None:
     return None
 
 
+def vllm_longrope_switch(rope: dict, tokens: int) -> str | None:
+    """Where vLLM and transformers pick different LongRoPE factors for a sequence of ``tokens``, why;
+    else None. transformers uses the long factors for a sequence longer than
+    ``original_max_position_embeddings``; vLLM (``Phi3LongRoPEScaledRotaryEmbedding``) for every
+    sequence once ``max_model_len`` passes it, and an engine for ``n`` tokens has ``max_model_len``
+    ``n + 1`` (room for the one sampled token). They differ at exactly ``n = original``: the engine
+    check found it on Phi-3.5 (sin -1.19 where transformers has +1.19 at position 2933)."""
+    original = rope.get("original_max_position_embeddings")
+    if rope.get("rope_type") != "longrope" or original is None or int(tokens) != int(original):
+        return None
+    return (f"a sequence of exactly the original {original} tokens takes LongRoPE's short factors in transformers (long past it) "
+            f"and the long ones in vLLM, whose max_model_len of {original + 1} passes the original length")  # fmt: skip
+
+
 def same_in_vllm(rope: dict, factor: float) -> dict:
     """vLLM reads these ``rope_parameters`` as transformers does."""
     return dict(rope)

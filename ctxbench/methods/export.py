@@ -120,7 +120,23 @@ def _vllm(setting, geom, factor) -> dict:
         extra = setting.attention.exports.vllm(overrides["rope_parameters"], effective_params(setting, geom, factor), geom, factor)
         overrides.update(extra.get("hf_overrides", {}))
         out.update(env=dict(extra.get("env", {})), flags=list(extra.get("flags", [])))
+    overrides["rope_parameters"] = per_layer_type(overrides["rope_parameters"], geom)
     return out
+
+
+def per_layer_type(rope: dict, geom) -> dict:
+    """``rope`` as a per-layer-type model's config keys it (Gemma 3: ``{"sliding_attention": ...,
+    "full_attention": ...}``): the method on the geometry's layer type, every other type as shipped.
+    An engine reads ``rope_parameters`` per layer type on such a model (vLLM's ``gemma3.py`` looks up
+    ``rope_parameters[layer_type]``), so a single entry there would replace the whole structure."""
+    if not geom.layer_type:
+        return rope
+    return {**{kind: dict(params) for kind, params in geom.other_layers.items()}, geom.layer_type: rope}
+
+
+def method_rope(rope: dict, geom) -> dict:
+    """The method's own ``rope_parameters`` out of :func:`per_layer_type`'s (the geometry's layer type's)."""
+    return rope.get(geom.layer_type, rope) if geom.layer_type else rope
 
 
 def vllm_settings(setting, geom, factor: float) -> dict:

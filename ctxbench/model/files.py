@@ -59,7 +59,7 @@ def _is_geometry(value: object) -> None:
 # Keyed by a file's path, size and mtime, so an edited file is read again; checked on every read.
 DIGESTS = JsonCache("digests.json", Schema("file digests", 1), _is_digest)
 # GEOMETRY's version: bump when RopeGeometry's fields or their reading change, and old entries are rebuilt.
-GEOMETRY = JsonCache("geometry.json", Schema("rope geometry", 3), _is_geometry, then="read again from the config")
+GEOMETRY = JsonCache("geometry.json", Schema("rope geometry", 4), _is_geometry, then="read again from the config")
 
 
 def file_digest(path: Path) -> str:

@@ -56,6 +56,9 @@ class RopeGeometry:
     max_positions: int = field(default=0, compare=False)  # config's max_position_embeddings (0: unknown)
     # per-layer-type RoPE: the layer type this geometry describes and methods rewrite ("": one RoPE for all layers)
     layer_type: str = ""
+    # per-layer-type RoPE: the shipped rope parameters (``rope_theta`` included) of every other layer
+    # type, which methods leave as they are (an engine told the method is told these too)
+    other_layers: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.position not in POSITIONS:
@@ -99,7 +102,9 @@ class RopeGeometry:
         layer_types = tuple(getattr(config, "layer_types", None) or ())
         layer_type = ""
         legacy = getattr(config, "rope_scaling", None) or {}
+        other_layers: dict = {}
         if params and any(key in layer_types for key in params):
+            other_layers = {k: dict(v) for k, v in params.items() if k != LONG_LAYER_TYPE and isinstance(v, dict)}
             params, layer_type, legacy = _long_layer_params(config, params, layer_types), LONG_LAYER_TYPE, {}
             per_layer = getattr(config, "per_layer_config", None)  # Gemma 4: that type's head dim lives there
             if per_layer is not None:
@@ -134,6 +139,7 @@ class RopeGeometry:
             native=native,
             max_positions=int(getattr(config, "max_position_embeddings", None) or 0),
             layer_type=layer_type,
+            other_layers=other_layers,
         )
 
 

@@ -87,9 +87,9 @@ def test_longrope_is_read_from_the_half_of_vllms_long_short_table_the_engine_use
     L, n = 64, 256
     long_t, short_t = torch.full((n, 8), 2.0), torch.full((L, 8), 1.0)
     module = SimpleNamespace(long_short_cos_sin_cache=torch.cat([short_t, long_t]), original_max_position_embeddings=L, use_long_rope=True)
-    model = SimpleNamespace(modules=lambda: [module])
-    [(_, table)] = _tables(model)["rotary"]
-    assert torch.equal(table, long_t)
+    model = SimpleNamespace(named_modules=lambda remove_duplicate=True: [("model.layers.0.self_attn.rotary_emb", module)])
+    [(_, table, layers)] = _tables(model)["rotary"]
+    assert torch.equal(table, long_t) and layers == (0,)
     module.use_long_rope = False
-    [(_, table)] = _tables(model)["rotary"]
+    [(_, table, _)] = _tables(model)["rotary"]
     assert torch.equal(table, short_t)
