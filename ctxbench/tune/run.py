@@ -126,9 +126,10 @@ def check(settings: TuneSettings, config) -> Space:
 
     defaults = space.setting(space.defaults())
     try:  # the published defaults are the first contender: a method whose defaults come from the config needs them there
-        check_applicable(defaults, geom)
-        if geom.has_rope:
+        if geom.has_rope:  # frequencies runs check_applicable first
             frequencies(defaults, geom, space.defaults().factor, settings.target, xp=numpy_namespace())
+        else:
+            check_applicable(defaults, geom)
     except UserError as exc:
         raise UserError(f"{space.method}'s published defaults cannot run on {config.model}: {exc.what}",
                         "tune it on a model whose config carries them (LongRoPE: a Phi-3 model), or tune another method") from None
