@@ -468,11 +468,10 @@ def check_layouts(lm, jobs) -> None:
 
 def num_layers(lm) -> int | None:
     """Decoder layers from the checkpoint's config (no model is built)."""
-    from ctxbench.model.files import load_config
-    from ctxbench.model.size import layers_of
+    from ctxbench.model.files import load_counts
 
     try:
-        return layers_of(load_config(lm.checkpoint, False))
+        return load_counts(lm.checkpoint, False)[0]
     except Exception:  # noqa: BLE001 - a config ctxbench cannot read: the engine reads it
         return None
 

@@ -12,7 +12,7 @@ never a crash: it is dropped with one line on stderr (:func:`ignored`) and the w
 
 One mechanism, three containers:
 
-- :class:`JsonCache`: a JSON file of keyed entries (``digests.json``, ``geometry.json``,
+- :class:`JsonCache`: a JSON file of keyed entries (``digests.json``, ``geometry.json``, ``counts.json``,
   ``sizes.json``, ``rates.json``); each entry is ``{"value": ..., "sha256": ...}`` under a
   file-level schema stamp, and each kind declares a ``check`` of what its values mean.
 - :func:`seal_dir` / :func:`verify_dir`: a directory of files (the dequantised GGUF model) with

@@ -62,6 +62,20 @@ DIGESTS = JsonCache("digests.json", Schema("file digests", 1), _is_digest)
 GEOMETRY = JsonCache("geometry.json", Schema("rope geometry", 4), _is_geometry, then="read again from the config")
 
 
+def _is_counts(value: object) -> None:
+    if not (isinstance(value, dict) and set(value) == {"layers", "heads"}):
+        raise BadEntry(f"{value!r} is not a table of layers and heads")
+    for count in value.values():
+        if not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
+            raise BadEntry(f"{count!r} is not a count (0 for a config that names none)")
+
+
+# The decoder layers and attention heads of a model, for checks before the plan (ms-poe's
+# first_layer, --tensor-parallel dividing the heads): a GGUF file's config takes ~13 s to read
+# (transformers parses the whole header, vocabulary included), so it is read once per file.
+COUNTS = JsonCache("counts.json", Schema("layers and heads", 1), _is_counts, then="read again from the config")
+
+
 def file_digest(path: Path) -> str:
     """sha256 of a file (first 16 hex digits), cached by path, size and mtime."""
 
@@ -81,10 +95,41 @@ def load_geometry(spec: str, trust_remote_code: bool = False) -> RopeGeometry:
     if kind == "hub":
         return RopeGeometry.from_config(load_config(spec, trust_remote_code))
     source = path / gguf if gguf else path / "config.json"
-    fields = GEOMETRY.lookup(
-        _file_key(source), lambda: dataclasses.asdict(RopeGeometry.from_config(load_config(spec, trust_remote_code)))
-    )
+    fields = GEOMETRY.lookup(_file_key(source), lambda: _read_facts(spec, source, trust_remote_code)[0])
     return RopeGeometry(**fields)
+
+
+def _read_facts(spec: str, source: Path, trust_remote_code: bool) -> tuple[dict, dict[str, int]]:
+    """A local model's geometry and counts from one read of its config, each stored in its cache:
+    a GGUF file's config is ~13 s to read, and a plan that needs one of them soon needs the other."""
+    from ctxbench.model.size import heads_of, layers_of
+
+    config = load_config(spec, trust_remote_code)
+    counts = {"layers": layers_of(config) or 0, "heads": heads_of(config) or 0}
+    key = _file_key(source)
+    COUNTS.lookup(key, lambda: counts)
+    geometry = GEOMETRY.lookup(key, lambda: dataclasses.asdict(RopeGeometry.from_config(config)))
+    return geometry, counts
+
+
+def load_counts(spec: str, trust_remote_code: bool = False) -> tuple[int | None, int | None]:
+    """(decoder layers, attention heads) of a model's config, without weights; None for a count it
+    does not name. ``config.json`` is read as JSON (milliseconds); a ``.gguf`` file's config through
+    transformers, cached like :func:`load_geometry` by the file's path, size and mtime."""
+    from ctxbench.model.size import heads_of, layers_of
+
+    kind, path, gguf = locate(spec)
+    if kind == "dir":
+        try:
+            config = json.loads((path / "config.json").read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError):
+            return None, None
+        return layers_of(config), heads_of(config)
+    if kind == "hub":
+        config = load_config(spec, trust_remote_code)
+        return layers_of(config), heads_of(config)
+    counts = COUNTS.lookup(_file_key(path / gguf), lambda: _read_facts(spec, path / gguf, trust_remote_code)[1])
+    return counts["layers"] or None, counts["heads"] or None
 
 
 def _dir_digest(path: Path) -> str:

@@ -172,12 +172,22 @@ def size_of(lm) -> ModelSize:
 def layers_of(config) -> int | None:
     """``num_hidden_layers`` (or ``n_layer``, ``num_layers``) of a config object or dict, looking
     inside ``text_config`` for a multimodal one; None when it says nothing."""
+    return _count(config, ("num_hidden_layers", "n_layer", "num_layers"))
+
+
+def heads_of(config) -> int | None:
+    """``num_attention_heads`` (or ``n_head``, ``n_heads``) of a config object or dict, looking
+    inside ``text_config`` for a multimodal one; None when it says nothing."""
+    return _count(config, ("num_attention_heads", "n_head", "n_heads"))
+
+
+def _count(config, keys: tuple[str, ...]) -> int | None:
     if config is None:
         return None
     get = config.get if isinstance(config, dict) else (lambda key, default=None: getattr(config, key, default))
-    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+    for key in keys:
         value = get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     text = get("text_config")
-    return layers_of(text) if text is not None and text is not config else None
+    return _count(text, keys) if text is not None and text is not config else None

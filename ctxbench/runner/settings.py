@@ -9,14 +9,12 @@ with the same label are an error naming both.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ctxbench.defaults import DEFAULT_FACTOR
 from ctxbench.errors import UserError, closest, unknown
 from ctxbench.methods import show_value
 from ctxbench.methods.grid import check_labels, expand, method_entries, resolve_methods  # noqa: F401  (their home before)
-from ctxbench.model.size import layers_of
 from ctxbench.parsing import parse_factors, parse_lengths
 
 
@@ -165,22 +163,10 @@ def check_tensor_parallel(tp, backend: str, model: str | None = None, trust_remo
 
 def _heads(model: str, trust_remote_code: bool) -> int | None:
     """``num_attention_heads`` of a model's config, read without weights (None when unknown)."""
-    source = _config_source(model)
-    if source is None:
-        return None
-    path = Path(source).expanduser()
-    if path.is_dir():
-        try:
-            config = json.loads((path / "config.json").read_text(encoding="utf-8-sig"))
-        except (OSError, ValueError):
-            return None
-    else:
-        from ctxbench.model.files import load_config
+    from ctxbench.model.files import load_counts
 
-        config = load_config(source, trust_remote_code)
-    get = config.get if isinstance(config, dict) else (lambda key, default=None: getattr(config, key, default))
-    value = get("num_attention_heads") or (get("text_config") or {}).get("num_attention_heads") if isinstance(config, dict) else get("num_attention_heads")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    source = _config_source(model)
+    return None if source is None else load_counts(source, trust_remote_code)[1]
 
 
 # Ceilings on the product of a run's options (each option has its own, the product had none: 4
@@ -350,17 +336,9 @@ def _config_source(model: str) -> str | None:
 
 
 def _num_layers(source: str, trust_remote_code: bool) -> int | None:
-    """The number of decoder layers in a model's config: ``config.json`` read as JSON for a folder
-    (milliseconds), else the config transformers reads (a ``.gguf`` header)."""
-    path = Path(source).expanduser()
-    if path.is_dir():
-        try:
-            config = json.loads((path / "config.json").read_text(encoding="utf-8-sig"))
-        except (OSError, ValueError):
-            return None
-        return layers_of(config)
-    from ctxbench.model.files import load_config
+    """The number of decoder layers in a model's config (cached for a ``.gguf`` file)."""
+    from ctxbench.model.files import load_counts
 
-    return layers_of(load_config(source, trust_remote_code))
+    return load_counts(source, trust_remote_code)[0]
 
 
