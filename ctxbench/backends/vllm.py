@@ -237,7 +237,7 @@ def start_engine(lm: VllmModel, method, factor: float, max_len: int, overrides: 
                        ("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1"), ("VLLM_CONFIGURE_LOGGING", "1")):  # fmt: skip
         os.environ.setdefault(key, value)
     if lm.device == "cpu":
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "all")  # every core: vLLM's auto keeps one back
+        _bind_cpu_workers(lm.tensor_parallel)
     if lm.make_engine is None:
         from vllm import LLM
     else:
@@ -264,6 +264,39 @@ def start_engine(lm: VllmModel, method, factor: float, max_len: int, overrides: 
             llm.llm_engine.engine_core.shutdown()
         raise
     return llm
+
+
+def cpu_binding(workers: int, cores: list[int]) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``workers`` CPU workers on ``cores``: every core for one
+    (vLLM's ``auto`` keeps one back), else the cores split into one contiguous group per worker,
+    ``|``-separated as vLLM reads them (``0-7|8-15``); ``nobind`` where there are fewer cores than workers."""
+    if workers == 1:
+        return "all"
+    if len(cores) < workers:
+        return "nobind"
+    size, extra = divmod(len(cores), workers)
+    groups, start = [], 0
+    for rank in range(workers):
+        end = start + size + (rank < extra)
+        groups.append(",".join(str(c) for c in cores[start:end]))
+        start = end
+    return "|".join(groups)
+
+
+def _bind_cpu_workers(workers: int) -> None:
+    """Set ``VLLM_CPU_OMP_THREADS_BIND`` to :func:`cpu_binding` for this engine's workers, unless the
+    user set a binding of their own. vLLM caches its environment once an engine has started, so a
+    process that starts engines of another worker count (the tests: 1 then 2) has it read again."""
+    cores = sorted(os.sched_getaffinity(0))
+    want, now = cpu_binding(workers, cores), os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+    ours = {cpu_binding(n, cores) for n in range(1, len(cores) + 2)}  # every binding ctxbench sets on these cores
+    if now == want or (now is not None and now not in ours):
+        return
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = want
+    if now is not None:
+        from vllm.envs import disable_envs_cache
+
+        disable_envs_cache()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -364,11 +397,21 @@ def check_engine(llm, method, geom, factor: float, max_len: int) -> None:
     """Raise :class:`UserError` unless every rotary table of the engine equals ctxbench's own for
     ``method`` at ``factor`` at every position ``< max_len`` (within the rounding of the table's
     dtype), and every softmax scale is ``head_dim ** -0.5``. On a per-layer-type model the tables
-    of the layers of another type are held to that type's shipped parameters."""
-    [found] = llm.apply_model(partial(_tables, positions=max_len))
+    of the layers of another type are held to that type's shipped parameters.
+
+    The tables are read in every worker (``apply_model`` is vLLM's ``collective_rpc``: in-process for
+    one worker, through the multiprocess executor's workers under ``--tensor-parallel N``), and each
+    worker's are checked: a rank that built its rotary module from another config would run its
+    shard of the heads with other positions."""
+    tables = llm.apply_model(partial(_tables, positions=max_len))  # one per worker (tensor-parallel rank)
+    workers = llm.llm_engine.vllm_config.parallel_config.world_size
+    if len(tables) != workers:
+        raise UserError(f"vLLM {version() or ''} answered the rotary-table read from {len(tables)} of its {workers} workers",
+                        "run it with --tensor-parallel 1, or with --backend hf")  # fmt: skip
     config = llm.llm_engine.model_config.hf_text_config
-    compare_tables(found, method, geom, factor, max_len, dtype=llm.llm_engine.model_config.dtype,
-                   layer_types=tuple(getattr(config, "layer_types", None) or ()))  # fmt: skip
+    for found in tables:
+        compare_tables(found, method, geom, factor, max_len, dtype=llm.llm_engine.model_config.dtype,
+                       layer_types=tuple(getattr(config, "layer_types", None) or ()))  # fmt: skip
 
 
 def _shipped(geom, kind: str):
