@@ -176,11 +176,20 @@ def _values(lm, method):
             float(keys[keys.metric == "answer_nll"].value.iloc[0]))  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, str]:
+    """Every architecture's checkpoint, saved before any engine starts: vLLM's transformers modeling
+    backend patches a class it runs (GPT-NeoX, OLMo-2) in-process, and transformers then cannot build
+    that class outside an engine ('Current vLLM config is not set')."""
+    root = tmp_path_factory.mktemp("architectures")
+    return {name: str(build(name, root / name)) for name in ARCHITECTURES}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ARCHITECTURES)
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (CTXBENCH_VLLM=1 bash scripts/setup.sh)")
-def test_each_architecture_computes_on_vllm_what_transformers_does(name, tmp_path):
+def test_each_architecture_computes_on_vllm_what_transformers_does(name, checkpoints):
     """``native`` and ``yarn`` x2 at 512 tokens, float32: the engine check passes (an engine that computed
     another table is refused when it starts), perplexity within 1% and the answer NLL within 5%."""
     from ctxbench.backends import vllm
@@ -188,7 +197,7 @@ def test_each_architecture_computes_on_vllm_what_transformers_does(name, tmp_pat
     from ctxbench.report.parity import RTOL
     from ctxbench.runner.grid import ModelConfig
 
-    path = str(build(name, tmp_path / name))
+    path = checkpoints[name]
     hf_lm = load(path, device="cpu", dtype="float32", attn="sdpa")
     # every transformers number first: vLLM's transformers modeling backend (GPT-NeoX, OLMo-2) patches the class in-process
     reference = {m: _values(hf_lm, m) for m in ("native", "yarn")}
@@ -205,11 +214,11 @@ def test_each_architecture_computes_on_vllm_what_transformers_does(name, tmp_pat
 @pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (CTXBENCH_VLLM=1 bash scripts/setup.sh)")
-def test_a_method_vllm_cannot_run_on_an_architecture_is_refused_before_the_plan(tmp_path, monkeypatch, capsys):
+def test_a_method_vllm_cannot_run_on_an_architecture_is_refused_before_the_plan(checkpoints, tmp_path, monkeypatch, capsys):
     from helpers import cli_main
 
     monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path / "cache"))  # its own cache: no note about another version's entries
-    path = str(build("gpt-neox", tmp_path / "neox"))
+    path = checkpoints["gpt-neox"]
     capsys.readouterr()  # what saving the checkpoint printed
     code, out, err = cli_main(["ppl", "--backend", "vllm", "--model", path, "--dtype", "float32", "--method", "ntk-mixed",
                                "--param", "mixed_b=0.625", "--len", "512", "--docs", "1"], monkeypatch, capsys)  # fmt: skip
