@@ -29,7 +29,7 @@ def check_layouts(lm, jobs) -> None:
 
 
 def num_layers(lm) -> int | None:
-    from ctxbench.model.size import layers_of
+    from ctxbench.model.geometry import layers_of
 
     return layers_of(getattr(lm.model, "config", None))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from ctxbench.defaults import DEFAULT_MODEL  # noqa: F401  (imported from here too)
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, dataclass_fields, file_sha256
-from ctxbench.model.geometry import RopeGeometry
+from ctxbench.model.geometry import RopeGeometry, heads_of, layers_of
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -102,8 +102,6 @@ def load_geometry(spec: str, trust_remote_code: bool = False) -> RopeGeometry:
 def _read_facts(spec: str, source: Path, trust_remote_code: bool) -> tuple[dict, dict[str, int]]:
     """A local model's geometry and counts from one read of its config, each stored in its cache:
     a GGUF file's config is ~13 s to read, and a plan that needs one of them soon needs the other."""
-    from ctxbench.model.size import heads_of, layers_of
-
     config = load_config(spec, trust_remote_code)
     counts = {"layers": layers_of(config) or 0, "heads": heads_of(config) or 0}
     key = _file_key(source)
@@ -116,8 +114,6 @@ def load_counts(spec: str, trust_remote_code: bool = False) -> tuple[int | None,
     """(decoder layers, attention heads) of a model's config, without weights; None for a count it
     does not name. ``config.json`` is read as JSON (milliseconds); a ``.gguf`` file's config through
     transformers, cached like :func:`load_geometry` by the file's path, size and mtime."""
-    from ctxbench.model.size import heads_of, layers_of
-
     kind, path, gguf = locate(spec)
     if kind == "dir":
         try:

@@ -193,3 +193,27 @@ def _without_rope(config) -> RopeGeometry:
         head_dim=head_dim, rotary_dim=0, base=0.0, trained_len=int(table), model_type=model_type,
         position="absolute", max_positions=int(table),
     )  # fmt: skip
+
+
+def layers_of(config) -> int | None:
+    """``num_hidden_layers`` (or ``n_layer``, ``num_layers``) of a config object or dict, looking
+    inside ``text_config`` for a multimodal one; None when it says nothing."""
+    return _count(config, ("num_hidden_layers", "n_layer", "num_layers"))
+
+
+def heads_of(config) -> int | None:
+    """``num_attention_heads`` (or ``n_head``, ``n_heads``) of a config object or dict, looking
+    inside ``text_config`` for a multimodal one; None when it says nothing."""
+    return _count(config, ("num_attention_heads", "n_head", "n_heads"))
+
+
+def _count(config, keys: tuple[str, ...]) -> int | None:
+    if config is None:
+        return None
+    get = config.get if isinstance(config, dict) else (lambda key, default=None: getattr(config, key, default))
+    for key in keys:
+        value = get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    text = get("text_config")
+    return _count(text, keys) if text is not None and text is not config else None

@@ -67,3 +67,33 @@ def test_a_method_vllm_cannot_run_is_refused_before_loading(monkeypatch, capsys)
 
     code, _, err = cli_main(["passkey", "--backend", "vllm", "--method", "rerope"], monkeypatch, capsys)
     one_error_line(code, err, ["rerope", "--backend hf"])
+
+
+LONGBENCH2_ITEMS = [
+    {"_id": f"i{i}", "domain": "d", "difficulty": "easy", "length": "short",
+     "question": f"What color is the box in room {i}?", "context": f"The box in room {i} is painted blue. " * 30,
+     "choices": ["red", "blue", "green", "white"], "answer": "B"}
+    for i in range(2)
+]  # fmt: skip
+
+
+def test_longbench2_runs_both_modes_on_vllm_as_on_transformers(vllm_lm, real_lm, tmp_path):
+    """The task on a file made here (the ``choices`` layout): ``mc`` picks the letters transformers
+    picks, each letter's NLL within the bf16 answer-NLL tolerance; ``generate`` gives a right-or-wrong
+    row per item, as on transformers."""
+    import json
+
+    from ctxbench.report.parity import RTOL
+
+    data = tmp_path / "lb2.jsonl"
+    data.write_text("\n".join(json.dumps(item) for item in LONGBENCH2_ITEMS))
+    kw = dict(method="none", length="1k", trials=2, data=str(data), variants="short")
+    scores = lambda f: f[f.metric == "score"].sort_values("trial")  # noqa: E731
+    hf, engine = scores(_run(real_lm, "longbench2", mode="mc", **kw)), scores(_run(vllm_lm, "longbench2", mode="mc", **kw))
+    assert list(hf.answer) == list(engine.answer) and len(hf) == 2
+    for a, b in zip(hf.extra, engine.extra, strict=True):
+        want, got = json.loads(a)["letter_nll"], json.loads(b)["letter_nll"]
+        assert all(abs(got[x] - want[x]) / want[x] < RTOL["answer_nll"] for x in "ABCD"), (want, got)
+    generated = scores(_run(vllm_lm, "longbench2", mode="generate", **kw))
+    assert len(generated) == 2 and set(generated.value.astype(float)) <= {0.0, 1.0}
+    assert set(generated.backend) == {f"vllm {vllm_lm.engine_version}"}

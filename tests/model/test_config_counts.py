@@ -11,7 +11,7 @@ import pytest
 from helpers import save_with_tokenizer, tiny_llama
 
 from ctxbench.model.files import COUNTS, GEOMETRY, _file_key, load_config, load_counts, load_geometry, locate
-from ctxbench.model.size import heads_of, layers_of
+from ctxbench.model.geometry import heads_of, layers_of
 
 
 def test_a_model_folders_counts_are_those_of_its_config(tmp_path):

@@ -130,7 +130,9 @@ def test_suite_errors_name_the_file_the_key_and_the_fix(tmp_path, text, words):
 def test_dry_run_prints_the_grid_without_loading_a_model(tmp_path, corpus_dir):
     # a hub id that is not downloaded: a dry run needs no model files (a missing local path is an error, see test_bad_input)
     path = _write(tmp_path, GOOD.format(model="someorg/not-downloaded", corpus=corpus_dir))
-    proc = subprocess.run(["ctxbench", "sweep", str(path), "--dry-run"], capture_output=True, text=True, timeout=120)
+    # offline, as CI is: without it each hub lookup waits out its network timeouts (~50 s here)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(["ctxbench", "sweep", str(path), "--dry-run"], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "yarn" in proc.stdout and "cells" in proc.stdout
 
