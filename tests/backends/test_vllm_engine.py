@@ -79,11 +79,10 @@ LONGBENCH2_ITEMS = [
 
 def test_longbench2_runs_both_modes_on_vllm_as_on_transformers(vllm_lm, real_lm, tmp_path):
     """The task on a file made here (the ``choices`` layout): ``mc`` picks the letters transformers
-    picks, each letter's NLL within the bf16 answer-NLL tolerance; ``generate`` gives a right-or-wrong
-    row per item, as on transformers."""
+    picks, each letter's NLL within 0.25 nats of float32 transformers' (vLLM here runs bf16, whose
+    logits are rounded to 2^-8 of their size: measured up to 0.13 nats on one letter, 2026-11-28);
+    ``generate`` gives a right-or-wrong row per item, as on transformers."""
     import json
-
-    from ctxbench.report.parity import RTOL
 
     data = tmp_path / "lb2.jsonl"
     data.write_text("\n".join(json.dumps(item) for item in LONGBENCH2_ITEMS))
@@ -93,7 +92,7 @@ def test_longbench2_runs_both_modes_on_vllm_as_on_transformers(vllm_lm, real_lm,
     assert list(hf.answer) == list(engine.answer) and len(hf) == 2
     for a, b in zip(hf.extra, engine.extra, strict=True):
         want, got = json.loads(a)["letter_nll"], json.loads(b)["letter_nll"]
-        assert all(abs(got[x] - want[x]) / want[x] < RTOL["answer_nll"] for x in "ABCD"), (want, got)
+        assert all(abs(got[x] - want[x]) < 0.25 for x in "ABCD"), (want, got)
     generated = scores(_run(vllm_lm, "longbench2", mode="generate", **kw))
     assert len(generated) == 2 and set(generated.value.astype(float)) <= {0.0, 1.0}
     assert set(generated.backend) == {f"vllm {vllm_lm.engine_version}"}
