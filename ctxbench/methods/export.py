@@ -95,7 +95,7 @@ def _cannot(engine: str, setting, why: str) -> UserError:
 
 def _transformers(setting, geom, factor) -> dict:
     rope, max_pos = _rope_fields(setting, geom, factor)
-    v5: dict = {"rope_parameters": rope}
+    v5: dict = {"rope_parameters": per_layer_type(rope, geom)}  # 5.x keys a per-layer-type model's by layer type
     v4: dict = {"rope_theta": rope["rope_theta"]}
     # the model's own partial rotary factor is a config field in 4.x; a method's (proportional's) stays in rope_scaling
     own = geom.rotary_dim != geom.head_dim

@@ -73,6 +73,20 @@ def test_gemma3s_vllm_overrides_keep_every_layer_types_rope(method):
     assert rope["full_attention"]["rope_type"] == ({"native": "linear"}.get(method) or flat["rope_type"])
 
 
+@pytest.mark.parametrize("method", ["yarn", "native"])
+def test_gemma3s_transformers_export_keeps_every_layer_types_rope(method, tmp_path):
+    """transformers 5 reads Gemma-3's ``rope_parameters`` per layer type: the export keys them so, the
+    method on the full-attention layers; 4.x's flat ``rope_scaling`` applies to those layers alone."""
+    from ctxbench.methods.export import export_settings
+
+    out = export_settings(method, FACTOR, "transformers", model=str(build("gemma-3", tmp_path / "gemma")))
+    rope = out["transformers>=5"]["rope_parameters"]
+    assert set(rope) == {"sliding_attention", "full_attention"}
+    assert rope["sliding_attention"] == {"rope_type": "default", "rope_theta": 10000.0}
+    assert rope["full_attention"]["rope_type"] == {"native": "linear"}.get(method, method)
+    assert out["transformers<5"]["rope_scaling"]["rope_type"] == rope["full_attention"]["rope_type"]
+
+
 def _table(inv_freq, scale, positions):
     angles = torch.arange(positions, dtype=torch.float32)[:, None] * inv_freq.float()[None, :]
     return torch.cat([angles.cos(), angles.sin()], dim=-1) * scale  # (positions, rotary_dim)
