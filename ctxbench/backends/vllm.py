@@ -411,7 +411,16 @@ def check_engine(llm, method, geom, factor: float, max_len: int) -> None:
     config = llm.llm_engine.model_config.hf_text_config
     for found in tables:
         compare_tables(found, method, geom, factor, max_len, dtype=llm.llm_engine.model_config.dtype,
-                       layer_types=tuple(getattr(config, "layer_types", None) or ()))  # fmt: skip
+                       layer_types=tuple(getattr(config, "layer_types", None) or ()),
+                       softmax_scale=softmax_scale(config, geom))  # fmt: skip
+
+
+def softmax_scale(config, geom) -> float:
+    """The softmax scale a model's config sets: ``query_pre_attn_scalar ** -0.5`` where it names one
+    (Gemma 2/3: 168 on Gemma-3 27B, whose head dim is 128; transformers' ``Gemma3Attention.scaling``),
+    else ``head_dim ** -0.5``."""
+    scalar = getattr(config, "query_pre_attn_scalar", None)
+    return float(scalar) ** -0.5 if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0 else geom.head_dim**-0.5
 
 
 def _shipped(geom, kind: str):
@@ -437,10 +446,12 @@ def _expected(method, geom, factor: float, max_len: int, kinds: set):
     return f"the '{kind}' layers' shipped RoPE", *frequencies(resolve("native"), _shipped(geom, kind), 1.0, max_len)
 
 
-def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype=None, layer_types: tuple = ()) -> None:
+def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype=None, layer_types: tuple = (),
+                   softmax_scale: float | None = None) -> None:  # fmt: skip
     """:func:`check_engine` on tables already read (``{"rotary": [(class, (positions, rotary_dim),
     layers)], "scales": [...]}``, ``layers`` the decoder layers using the table, ``layer_types`` the
-    config's type of each layer), so the comparison is tested without an engine."""
+    config's type of each layer, ``softmax_scale`` the config's (default ``head_dim ** -0.5``), so the
+    comparison is tested without an engine."""
     import torch
 
     engine = f"vLLM {version() or ''}".strip()
@@ -469,10 +480,11 @@ def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype
                             f"position {p}, frequency pair {pair}, where ctxbench has {float(want[p, j]):.6g} "
                             f"(inv_freq {float(inv_freq[pair]):.6g}, attention scale {scale:.6g}; tolerance {tol:.2g})",
                             "run it with --backend hf; the engine ignored or read the rope override differently")  # fmt: skip
-    expected = geom.head_dim**-0.5
+    expected = geom.head_dim**-0.5 if softmax_scale is None else softmax_scale
+    said = "head_dim^-0.5" if softmax_scale is None else "the config's"
     for s in found["scales"]:
         if not math.isclose(s, expected, rel_tol=1e-6):
-            raise UserError(f"{engine} runs {what} with softmax scale {s:.6g}, where ctxbench has head_dim^-0.5 = {expected:.6g}",
+            raise UserError(f"{engine} runs {what} with softmax scale {s:.6g}, where ctxbench has {said} = {expected:.6g}",
                             "run it with --backend hf")  # fmt: skip
 
 

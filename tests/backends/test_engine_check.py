@@ -70,6 +70,21 @@ def test_a_changed_softmax_scale_is_refused():
         compare_tables(_found(_table("none", 1.0), scales=(0.1,)), resolve("none"), GEOM, 1.0, LEN)
 
 
+def test_a_config_that_sets_its_own_softmax_scale_is_held_to_it():
+    """Gemma-3 27B: ``query_pre_attn_scalar`` 168 with head dim 128, so its scale is 168^-0.5 in
+    transformers and vLLM alike; the check expects that, and still refuses head_dim^-0.5 there."""
+    from types import SimpleNamespace
+
+    from ctxbench.backends.vllm import softmax_scale
+
+    gemma27b = SimpleNamespace(query_pre_attn_scalar=168, head_dim=128)
+    scale = softmax_scale(gemma27b, GEOM)
+    assert scale == 168**-0.5 and softmax_scale(SimpleNamespace(), GEOM) == GEOM.head_dim**-0.5
+    compare_tables(_found(_table("none", 1.0), scales=(168**-0.5,)), resolve("none"), GEOM, 1.0, LEN, softmax_scale=scale)
+    with pytest.raises(UserError, match="softmax scale 0.125, where ctxbench has the config's"):
+        compare_tables(_found(_table("none", 1.0), scales=(64**-0.5,)), resolve("none"), GEOM, 1.0, LEN, softmax_scale=scale)
+
+
 def test_the_tolerance_is_below_the_smallest_difference_that_matters():
     # a relative error of 1e-5 in one frequency moves the angle at position 16383 by 0.16 rad at pair 0
     inv_freq, _ = frequencies(resolve("none"), GEOM, 1.0, LEN)
