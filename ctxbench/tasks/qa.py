@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ctxbench.errors import UserError, unknown
-from ctxbench.parsing import split_list
 from ctxbench.synthetic import score
 from ctxbench.synthetic.pieces import encode, frame
 from ctxbench.synthetic.qa import (
@@ -49,6 +48,7 @@ from ctxbench.tasks.common import (
     trial_cells,
     trials_options,
 )
+from ctxbench.tasks.options import variants_parser
 from ctxbench.tasks.trials import numbered_trials
 
 NAMES = ("qa_1", "qa_2")
@@ -73,19 +73,6 @@ def default_lengths(trained_len: int) -> list[int]:
     return [trained_len // 4, trained_len // 2, trained_len, 2 * trained_len]
 
 
-def _variants(value) -> tuple[str, ...]:
-
-    items = split_list(value, what="--variant") if not isinstance(value, (list, tuple)) else [str(v) for v in value]
-    if items == ["all"]:
-        return NAMES
-    for item in items:
-        if item not in NAMES:
-            raise unknown("qa variant", item, [*NAMES, "all"])
-    if len(set(items)) != len(items):
-        raise UserError("a --variant is given twice", "list each variant once")
-    return tuple(items)
-
-
 def _protocol(value) -> str:
     text = str(value).strip()
     if text == "exact":
@@ -103,7 +90,7 @@ def _qa_data(value):
 
 OPTIONS = (
     Option("variants", "qa_1 (SQuAD), qa_2 (HotpotQA) or all; default: the variants --qa-data names (qa_1 for a single path)",
-           _variants, flag="--variant", identity=False),  # each variant is a cell  # fmt: skip
+           variants_parser("qa", NAMES), flag="--variant", identity=False),  # each variant is a cell  # fmt: skip
     Option("qa_data", "the data: ruler (RULER's SQuAD and HotpotQA files, after `ctxbench data fetch ruler`; both variants "
            "unless --variant picks), PATH (the official dev JSON of the one variant run: SQuAD dev-v2.0.json for qa_1, HotpotQA "
            "hotpot_dev_distractor_v1.json for qa_2) or qa_1=PATH,qa_2=PATH; a hub id NAME[:CONFIG] loads its validation "
