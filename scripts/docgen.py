@@ -19,7 +19,10 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -29,6 +32,39 @@ ENV.pop("FORCE_COLOR", None)
 # the width --help is rendered at on the CLI page: wide enough that click shortens no command's summary
 # (it cuts one to the width left beside the command's name) and wraps no option's help mid-phrase
 HELP_WIDTH = 160
+
+
+# What describes the default model and nothing measured: a plan read from a cache holding only these is
+# the plan of a machine that has measured nothing yet (no rates.json, no dtype probe), and reading the
+# GGUF header for them (~15 s) is done once per process instead of once per generated plan.
+DESCRIPTION_FILES = ("geometry.json", "counts.json")
+_DESCRIBING = threading.Lock()
+
+
+@cache
+def _description() -> dict[str, bytes]:
+    """The default model's description files, from one ``--dry-run`` into an empty cache."""
+    with tempfile.TemporaryDirectory() as cache_dir:
+        # a plan past the trained length reads the model's geometry and layer counts
+        proc = subprocess.run([sys.executable, "-m", "ctxbench", "ppl", "--method", "yarn", "--len", "16k", "--device", "cpu", "--dtype",
+                               "float32", "--dry-run"], cwd=cache_dir, env={**ENV, "CTXBENCH_CACHE": cache_dir},
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        found = {n: Path(cache_dir) / n for n in DESCRIPTION_FILES}
+        if proc.returncode != 0 or not all(f.is_file() for f in found.values()):
+            raise RuntimeError(f"ctxbench ppl --dry-run wrote no model description:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        return {n: f.read_bytes() for n, f in found.items()}
+
+
+@contextmanager
+def measured_nothing() -> Iterator[str]:
+    """A fresh cache directory as on a machine that has measured nothing yet (the plan's default
+    throughput, the same everywhere), holding only the default model's description."""
+    with _DESCRIBING:
+        files = _description()
+    with tempfile.TemporaryDirectory() as cache_dir:
+        for name, data in files.items():
+            (Path(cache_dir) / name).write_bytes(data)
+        yield cache_dir
 
 
 def _out(text: str) -> None:
@@ -840,7 +876,7 @@ def suite_minutes(name: str) -> str:
 
     spec = load_suite(name)
     saved = os.environ.get("CTXBENCH_CACHE")
-    with tempfile.TemporaryDirectory() as empty:
+    with measured_nothing() as empty:
         os.environ["CTXBENCH_CACHE"] = empty  # no throughput measured here: the plan's default one
         try:
             plan = plan_table(list(spec.jobs), spec.model, device=spec.device, dtype=spec.dtype)
@@ -1032,7 +1068,7 @@ def _terminal(*args: str, width: int = 110, ok: tuple[int, ...] = (0,), head: in
 
     out, cwd, saved = io.StringIO(), Path.cwd(), {k: os.environ.get(k) for k in ("COLUMNS", "CTXBENCH_CACHE", "NO_COLOR", "TERM")}
     widths = cli.console.width, cli.err.width  # the CLI's consoles, made at import: their width is set here
-    with tempfile.TemporaryDirectory() as empty:
+    with measured_nothing() as empty:
         try:
             os.chdir(ROOT)
             cli.console.width = cli.err.width = width
@@ -1227,8 +1263,8 @@ def planned_seconds(command: str) -> float:
     2-core CPU in float32 (an empty cache: no throughput measured on this machine; device and dtype
     pinned, so the page is the same on every machine)."""
     args = command.split()[1:]
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**ENV, "CTXBENCH_CACHE": cache}
+    with measured_nothing() as cache_dir:
+        env = {**ENV, "CTXBENCH_CACHE": cache_dir}
         extra = [] if args[0] == "sweep" else ["--device", "cpu", "--dtype", "float32"]
         proc = subprocess.run([sys.executable, "-m", "ctxbench", *args, *extra, "--dry-run"], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=300)  # fmt: skip

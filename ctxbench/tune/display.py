@@ -37,8 +37,12 @@ def show_outcome(console, outcome, top: int = 8) -> None:
     pruned = sum(1 for t in outcome.trials if t.status == "pruned")
     console.print(f"[dim]{outcome.evaluations} evaluation(s) computed, {outcome.taken} taken from the trials file; "
                   f"{pruned} trial(s) pruned; {outcome.seconds / 60:.1f} min searching and judging, {outcome.loading / 60:.1f} min loading before[/]", highlight=False)  # fmt: skip
-    console.print(f"niah at {len_label(space.target)} (winner vs defaults, paired; not run by tune): {outcome.niah_command}",
-                  highlight=False, markup=False)  # fmt: skip
+    if outcome.niah_command:
+        console.print(f"niah at {len_label(space.target)} (winner vs defaults, paired; not run by tune): {outcome.niah_command}",
+                      highlight=False, markup=False)  # fmt: skip
+    else:
+        console.print(f"niah at {len_label(space.target)}: the winner is the defaults' setting, so its niah accuracy is theirs "
+                      "(nothing to compare)", highlight=False, markup=False)  # fmt: skip
     for f in outcome.files:
         console.print(f"[dim]wrote {f}[/]", highlight=False)
     if outcome.export_text:

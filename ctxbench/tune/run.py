@@ -394,7 +394,8 @@ def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) 
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     outcome.files += [out / "trials.csv", out / "verdict.csv", out / "summary.json"]
     outcome.niah_command = niah_suite(outcome, out, lm)
-    outcome.files.append(out / "niah.toml")
+    if (out / "niah.toml").is_file():
+        outcome.files.append(out / "niah.toml")
     try:
         from ctxbench.tune.plot import plot_trials
 
@@ -430,17 +431,27 @@ def command_of(settings: TuneSettings) -> str:
     return " ".join(parts + [f"--out {settings.out}"])
 
 
+NIAH_HEADER = "# ctxbench tune: the winner against the defaults in niah"
+
+
 def niah_suite(outcome: TuneOutcome, out: Path, lm) -> str:
     """Write ``niah.toml``: the winner against the defaults in niah at T (RULER protocol), and return
-    the command that runs it and ranks them."""
+    the command that runs it and ranks them. When the winner is the defaults' own setting there is
+    nothing to compare (greedy answers of one setting are one run): no suite and no command (a
+    ``niah.toml`` an earlier search of this folder wrote is removed, as it names another winner)."""
     space, winner, defaults = outcome.space, outcome.winner, outcome.defaults
+    if winner.candidate.key == defaults.candidate.key:
+        old = out / "niah.toml"
+        if old.is_file() and old.read_text(errors="replace").startswith(NIAH_HEADER):
+            old.unlink()
+        return ""
     factors = sorted({winner.candidate.factor, defaults.candidate.factor})
 
     def entry(t, label):
         params = ", ".join(f"{k} = {json.dumps(v)}" for k, v in t.candidate.params)
         return f'[[methods]]\nname = "{space.method}"\nlabel = "{label}"\n' + (f"params = {{ {params} }}\n" if params else "")
 
-    text = (f"# ctxbench tune: the winner against the defaults in niah at {len_label(space.target)} (RULER protocol)\n"
+    text = (f"{NIAH_HEADER} at {len_label(space.target)} (RULER protocol)\n"
             f'description = "tuned {space.method} vs its defaults, niah at {len_label(space.target)}"\n'
             f'model = "{lm.name}"\nseed = 0\n\n' + entry(winner, "tuned") + "\n" + entry(defaults, "defaults") + "\n"
             f'[niah]\nfactors = [{", ".join(f"{f:g}" for f in factors)}]\nlengths = ["{len_label(space.target)}"]\n'

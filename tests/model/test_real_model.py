@@ -57,22 +57,22 @@ def test_default_model_perplexity_on_the_builtin_corpus_is_plausible(real_lm):
 def test_default_model_finds_the_passkey_at_2k_with_plain_rope(real_lm):
     from ctxbench.tasks import passkey
 
-    settings = passkey.Settings(methods=[resolve("none")], factors=[2.0], lengths=[2048], depths=passkey.parse_depths(3), trials=2)
+    settings = passkey.Settings(methods=[resolve("none")], factors=[2.0], lengths=[2048], depths=passkey.parse_depths(3), trials=1)
     records = run_settings(real_lm, "passkey", settings).records
     trials = [r for r in records if r["metric"] == "correct"]
-    assert len(trials) == 6
+    assert len(trials) == 3
     assert all(r["value"] == "1" for r in trials), [(r["depth"], r["answer"]) for r in trials]
 
 
 def test_default_model_finds_the_ruler_needle_at_2k_with_plain_rope(real_lm):
     """RULER niah single_1 at 2k: the default model passes nearly every trial (all 10 of the
-    committed run at 1k-4k did); one miss in eight is allowed, as RULER's own small models miss some."""
+    committed run at 1k-4k did); one miss in four is allowed, as RULER's own small models miss some."""
     from ctxbench.runner.settings import build_settings
     from ctxbench.tasks import get
 
-    settings = build_settings(get("niah"), "none", 2.0, "2k", {"variants": "single_1", "depths": "0.25,0.75", "trials": 4, "protocol": "exact"})
+    settings = build_settings(get("niah"), "none", 2.0, "2k", {"variants": "single_1", "depths": "0.25,0.75", "trials": 2, "protocol": "exact"})
     scores = [float(r["value"]) for r in run_settings(real_lm, "niah", settings).records if r["metric"] == "score"]
-    assert len(scores) == 8 and sum(scores) >= 7, scores
+    assert len(scores) == 4 and sum(scores) >= 3, scores
 
 
 def test_cached_dequantised_weights_give_the_gguf_logits(real_lm, monkeypatch):
