@@ -294,7 +294,10 @@ def load_config(spec: str, trust_remote_code: bool = False):
     try:
         if kind == "gguf":
             return AutoConfig.from_pretrained(str(path), gguf_file=gguf)
-        return AutoConfig.from_pretrained(str(path) if path else spec, trust_remote_code=trust_remote_code)
+        # HF_HUB_OFFLINE as it is now: huggingface_hub reads it once, at import, so a process (a notebook,
+        # the tests) that sets it later would still wait on the network before failing
+        return AutoConfig.from_pretrained(str(path) if path else spec, trust_remote_code=trust_remote_code,
+                                          local_files_only=kind == "hub" and hub_offline())  # fmt: skip
     except OSError as exc:
         raise _hub_error(spec, exc) from None
     except ValueError as exc:
