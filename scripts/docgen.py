@@ -1222,9 +1222,25 @@ def tune_results(*dirs: str) -> None:
         _out("")
         _out("\n".join(rows))
         _out(f"\n**Verdict: {s['verdict']}.** Held out: {', '.join(s['held_out'])}.\n")
+        _out("")
+        _out(tune_niah(root, s))
+        _out("")
         if (root / "trials.png").is_file():
             _out(f"![{s['method']} trials](plots/tune-{root.name}.png)")
             _out("")
+
+
+def tune_niah(root: Path, s: dict) -> str:
+    """What the search says of niah at the target: nothing to compare when the winner is the
+    defaults' setting; else the paired comparison of ``niah.csv`` (``ctxbench rank``), or that it
+    has not run."""
+    target = f"{s['target'] // 1024}k"
+    if s["winner"]["label"] == s["defaults"]["label"]:
+        return f"niah at {target}: the winner is the defaults' setting, so its niah accuracy is theirs (nothing to compare)."
+    if not (root / "niah.csv").is_file():
+        return f"niah at {target}, winner against the defaults: not run yet (`{root.relative_to(ROOT)}/niah.toml`)."
+    return f"niah at {target}, winner against the defaults (paired, `ctxbench rank`):\n\n" + _terminal(
+        "rank", str((root / "niah.csv").relative_to(ROOT)), "--len", target, "--task", "niah", "--format", "markdown")
 
 
 def tune_bench(*paths: str) -> None:
