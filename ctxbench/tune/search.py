@@ -128,6 +128,9 @@ class Search:
         self.computed = 0  # evaluations computed here (not taken from the file)
         self.taken = 0  # evaluations taken from the file
         self.eval_seconds: list[float] = []
+        # the seconds the evaluations taken from the file cost when they ran: a resumed search spends
+        # what is left of its --minutes, and a finished one run again stops where it stopped
+        self.resumed_seconds = 0.0
 
     # ---- budget -------------------------------------------------------------------------------
     def _room_for_trial(self) -> bool:
@@ -137,7 +140,7 @@ class Search:
         if self.budget.seconds is None:
             return True
         each = sum(self.eval_seconds) / len(self.eval_seconds) if self.eval_seconds else 0.0
-        return self.clock() - self.start + each * (1 + self.reserve) <= self.budget.seconds
+        return self.clock() - self.start + self.resumed_seconds + each * (1 + self.reserve) <= self.budget.seconds
 
     # ---- the best so far ----------------------------------------------------------------------
     def best(self) -> Trial | None:
@@ -176,6 +179,8 @@ class Search:
                 if (t.candidate.key, name) in self.cached:
                     value = self.cached[(t.candidate.key, name)]
                     self.taken += 1
+                    self.eval_seconds.append(value.seconds)
+                    self.resumed_seconds += value.seconds
                 else:
                     if t.number > 0 and not self._room_for_eval():  # the defaults always run
                         t.status, t.reason = "stopped", "the time budget ran out"

@@ -189,3 +189,40 @@ def test_optuna_tpe_handles_a_grid_with_a_rule():
     s.run()
     assert all(space.allowed(t.candidate) is None for t in s.trials)
     assert len({t.candidate for t in s.trials}) == len(s.trials)
+
+
+def test_a_resumed_search_spends_only_what_is_left_of_its_time_budget(tmp_path):
+    """Each evaluation takes 10 s on a fake clock; a 95 s budget stops the search. The same command run
+    again takes every value from the file, counts the seconds they cost then, and computes nothing."""
+    from ctxbench.tune.store import TrialsFile
+
+    space = space_for("yarn", L, T)
+    base = {"model_digest": "m", "data_digest": "d", "backend": "hf", "dtype": "float32", "method": "yarn", "trained_len": L,
+            "target": T, "objective": "nll", "seed": 0}  # fmt: skip
+    path = tmp_path / "trials.csv"
+
+    class Timed(FakeObjective):
+        now = 0.0
+
+        def values(self, setting, factor, instances, guard_only=False):
+            for v in super().values(setting, factor, instances, guard_only):
+                Timed.now += 10.0
+                yield type(v)(v.instance, v.units, v.guard, 10.0)
+
+    def run(objective):
+        store = TrialsFile(path, base)
+
+        def record(t, value):
+            store.evaluation("tune", t.number, t.candidate.key, t.label, t.candidate.factor, "{}", value)
+
+        tuning = list(objective.instances)
+        ref = {v.instance: v for v in objective.values(_none(), 1.0, tuning, guard_only=True)}
+        s = Search(space, objective, tuning, Budget(None, 95.0), guard=0.05, guard_reference=ref, cached=store.cached("tune"),
+                   record=record, clock=lambda: Timed.now)  # fmt: skip
+        s.run()
+        return s
+
+    first = run(Timed(yarn_bowl, instances=3))
+    assert first.computed >= 3 and any(t.status == "stopped" for t in first.trials)
+    again = run(Timed(yarn_bowl, instances=3))
+    assert again.computed == 0 and again.taken == first.computed
