@@ -34,10 +34,10 @@ def _run(lm, task, **kw):
 
 
 def test_a_passkey_cell_answers_as_transformers_does(vllm_lm, real_lm):
-    kw = dict(method="none,yarn", factor=2, length="2k", trials=2, depths="0.5")
+    kw = dict(method="none,yarn", factor=2, length="2k", trials=1, depths="0.5")
     hf, engine = _run(real_lm, "passkey", **kw), _run(vllm_lm, "passkey", **kw)
     answers = lambda f: f[f.metric == "correct"].set_index(["label", "trial"])["answer"].to_dict()  # noqa: E731
-    assert answers(hf) == answers(engine) and len(answers(hf)) == 4
+    assert answers(hf) == answers(engine) and len(answers(hf)) == 2
     assert set(engine.backend) == {f"vllm {vllm_lm.engine_version}"} and set(engine.dtype) == {"bfloat16"}
 
 
