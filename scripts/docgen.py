@@ -37,8 +37,13 @@ HELP_WIDTH = 160
 # What describes the default model and nothing measured: a plan read from a cache holding only these is
 # the plan of a machine that has measured nothing yet (no rates.json, no dtype probe), and reading the
 # GGUF header for them (~15 s) is done once per process instead of once per generated plan.
-DESCRIPTION_FILES = ("geometry.json", "counts.json")
 _DESCRIBING = threading.Lock()
+
+
+def _description_files() -> tuple[str, ...]:
+    from ctxbench.model.files import COUNTS, GEOMETRY
+
+    return (GEOMETRY.name, COUNTS.name)
 
 
 @cache
@@ -49,7 +54,7 @@ def _description() -> dict[str, bytes]:
         proc = subprocess.run([sys.executable, "-m", "ctxbench", "ppl", "--method", "yarn", "--len", "16k", "--device", "cpu", "--dtype",
                                "float32", "--dry-run"], cwd=cache_dir, env={**ENV, "CTXBENCH_CACHE": cache_dir},
                               capture_output=True, text=True, timeout=300)  # fmt: skip
-        found = {n: Path(cache_dir) / n for n in DESCRIPTION_FILES}
+        found = {n: Path(cache_dir) / n for n in _description_files()}
         if proc.returncode != 0 or not all(f.is_file() for f in found.values()):
             raise RuntimeError(f"ctxbench ppl --dry-run wrote no model description:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         return {n: f.read_bytes() for n, f in found.items()}

@@ -12,28 +12,22 @@ import csv
 import json
 from pathlib import Path
 
-from ctxbench.tune.objective import Value
 from ctxbench.tune.plot import plot_trials
 from ctxbench.tune.search import Trial
 from ctxbench.tune.space import Candidate, space_for
+from ctxbench.tune.store import IDENTITY, TrialsFile
 
 
-def _units(text: str) -> tuple[tuple[float, float], ...]:
-    return tuple((float(s), float(w)) for s, w in json.loads(text or "[]"))
-
-
-def trials_of(rows: list[dict]) -> list[Trial]:
-    """The search's trials in order, each with its values on the tuning documents."""
-    values: dict[str, list[Value]] = {}
-    for r in rows:
-        if r["kind"] == "instance" and r["split"] == "tune":
-            values.setdefault(r["candidate"], []).append(Value(r["instance"], _units(r["units"]), _units(r["guard_units"]),
-                                                               float(r["seconds"] or 0)))  # fmt: skip
+def trials_of(path: Path, rows: list[dict]) -> list[Trial]:
+    """The search's trials (``rows``, one run's) in order, each with its values on the tuning
+    documents, read back as a resumed search reads them."""
+    cached = TrialsFile(path, {k: rows[0][k] for k in IDENTITY}).cached("tune")
     trials = []
     for r in rows:
         if r["kind"] == "trial":
             candidate = Candidate(float(r["factor"]), tuple(sorted(json.loads(r["method_params"] or "{}").items())))
-            trials.append(Trial(int(r["trial"]), candidate, r["label"], values.get(r["candidate"], []), r["status"], r["reason"]))
+            values = [v for (key, _), v in cached.items() if key == r["candidate"]]
+            trials.append(Trial(int(r["trial"]), candidate, r["label"], values, r["status"], r["reason"]))
     return sorted(trials, key=lambda t: t.number)
 
 
@@ -49,7 +43,7 @@ def main() -> None:
     rows = [r for r in rows if r["run_id"] == run_id]
     first = rows[0]
     space = space_for(first["method"], int(first["trained_len"]), int(first["target"]))
-    print(plot_trials(trials_of(rows), space, root / "trials.png"))
+    print(plot_trials(trials_of(root / "trials.csv", rows), space, root / "trials.png"))
 
 
 if __name__ == "__main__":
