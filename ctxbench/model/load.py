@@ -88,9 +88,16 @@ def load(
     quantization: str | None = None,
 ) -> LoadedModel:
     """Load model and tokenizer once; check the model has RoPE before loading weights."""
+    kind, path, gguf = check_model(spec)  # damaged files: one clear line, not a loader traceback
+    with _gguf_loading() if gguf else contextlib.nullcontext():
+        return _load(spec, kind, path, gguf, device, dtype, trust_remote_code, attn, device_map, quantization)
+
+
+def _load(spec: str, kind: str, path: Path | None, gguf: str | None, device: str, dtype: str, trust_remote_code: bool,
+          attn: str | None, device_map: str | None, quantization: str | None) -> LoadedModel:  # fmt: skip
+    """:func:`load` once the model's files are found and checked."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kind, path, gguf = check_model(spec)  # damaged files: one clear line, not a loader traceback
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     auto_cpu = dtype == "auto" and dev == "cpu" and not device_map and not quantization
@@ -123,13 +130,11 @@ def load(
 
     hf_logging.disable_progress_bar()  # ctxbench shows its own progress; GGUF dequantisation bars are noise
     try:
-        quiet = _quiet_gguf() if gguf else contextlib.nullcontext()
-        with quiet:
-            tokenizer = _local_errors(kind, spec, "tokenizer", lambda: AutoTokenizer.from_pretrained(
-                source, **({"gguf_file": gguf} if gguf else {}), trust_remote_code=trust_remote_code))  # fmt: skip
-            with _quiet_load_report():  # ctxbench reports what is wrong in one line below
-                model, info = _local_errors(kind, spec, "weights", lambda: AutoModelForCausalLM.from_pretrained(
-                    source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs))  # fmt: skip
+        tokenizer = _local_errors(kind, spec, "tokenizer", lambda: AutoTokenizer.from_pretrained(
+            source, **({"gguf_file": gguf} if gguf else {}), trust_remote_code=trust_remote_code))  # fmt: skip
+        with _quiet_load_report():  # ctxbench reports what is wrong in one line below
+            model, info = _local_errors(kind, spec, "weights", lambda: AutoModelForCausalLM.from_pretrained(
+                source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs))  # fmt: skip
     except OSError as exc:
         raise _hub_error(spec, exc) from None
     _check_loading_info(spec, info)
@@ -308,13 +313,38 @@ def _save_dequantised(model, tokenizer, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_gguf():
-    """transformers draws its own tqdm bar while dequantising GGUF; ctxbench shows its own status."""
+def _gguf_loading():
+    """transformers' GGUF loader, quiet and reading the file once.
+
+    * It draws its own tqdm bar while dequantising; ctxbench shows its own status.
+    * It builds a new ``gguf.GGUFReader`` for each of its calls: 4 in one load (two for the config, the
+      tokenizer, the weights), each parsing the whole header again, vocabulary and merges included
+      (about 9 s each for the default model's, on a 2-core CPU). One reader per file serves them all:
+      a reader only maps the file, read-only.
+    * It asks ``gguf.get_tensor_name_map(arch, blocks)`` once per module of the model (397 for the
+      default model, about 14 s in all), a pure function of its two arguments: now asked once.
+
+    ``python scripts/bench_load.py`` times a first load both ways; the weights and the tokenizer are
+    the same (tests/model/test_gguf_loading.py).
+    """
+    import functools
     from unittest import mock
 
+    import gguf
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
-    with mock.patch.object(gguf_utils, "tqdm", lambda iterable, **_: iterable):
+    readers: dict = {}
+    plain_reader = gguf.GGUFReader
+
+    def one_reader(path, *args, **kwargs):
+        key = (os.path.realpath(os.fspath(path)), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = plain_reader(path, *args, **kwargs)
+        return readers[key]
+
+    with (mock.patch.object(gguf_utils, "tqdm", lambda iterable, **_: iterable),
+          mock.patch.object(gguf, "GGUFReader", one_reader),
+          mock.patch.object(gguf, "get_tensor_name_map", functools.cache(gguf.get_tensor_name_map))):  # fmt: skip
         yield
 
 

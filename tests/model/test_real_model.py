@@ -29,22 +29,37 @@ def test_default_model_generates_a_sensible_answer(real_lm):
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
 
 
-def test_patched_default_model_matches_native_yarn_logits(real_lm):
+@pytest.fixture(scope="module")
+def plain_yarn():
+    """The default model as plain transformers reads it from the GGUF file (its own loader, none of
+    ctxbench's), with transformers' own YaRN x2 set in the config."""
     from transformers import AutoModelForCausalLM
 
     from ctxbench.model.load import locate
 
     _, path, gguf = locate("smollm2-135m")
-    native = AutoModelForCausalLM.from_pretrained(
+    return AutoModelForCausalLM.from_pretrained(
         str(path), gguf_file=gguf, dtype=torch.float32,
         rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 100000.0, "original_max_position_embeddings": 8192},
-    ).eval()
+    ).eval()  # fmt: skip
+
+
+def test_patched_default_model_matches_native_yarn_logits(real_lm, plain_yarn):
     ids = torch.randint(0, 49152, (1, 256))
     with torch.no_grad(), applied(real_lm.model, real_lm.geometry, resolve("yarn"), 2.0, 256):
         ours = real_lm.model(ids).logits
     with torch.no_grad():
-        theirs = native(ids).logits
+        theirs = plain_yarn(ids).logits
     assert (ours - theirs).abs().max().item() < 1e-4
+
+
+def test_ctxbench_reads_the_gguf_weights_plain_transformers_reads_to_the_bit(real_lm, plain_yarn):
+    """ctxbench reads the file once for transformers' four calls (``load._gguf_loading``); the weights
+    are the same (the rotary tables differ: YaRN is set on the plain model)."""
+    ours = real_lm.model.state_dict()
+    theirs = {k: v for k, v in plain_yarn.state_dict().items() if "rotary_emb" not in k}
+    assert set(theirs) <= set(ours) and len(theirs) > 200
+    assert all(torch.equal(ours[k], v) for k, v in theirs.items()), [k for k, v in theirs.items() if not torch.equal(ours[k], v)][:3]
 
 
 def test_default_model_perplexity_on_the_builtin_corpus_is_plausible(real_lm):
