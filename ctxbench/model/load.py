@@ -324,8 +324,9 @@ def _gguf_loading():
     * It asks ``gguf.get_tensor_name_map(arch, blocks)`` once per module of the model (397 for the
       default model, about 14 s in all), a pure function of its two arguments: now asked once.
 
-    ``python scripts/bench_load.py`` times a first load both ways; the weights and the tokenizer are
-    the same (tests/model/test_gguf_loading.py).
+    ``python scripts/bench_load.py`` times a first load both ways. The weights are plain transformers'
+    own to the bit (tests/model/test_real_model.py); the shared reader reads what a reader of its own
+    reads (tests/model/test_gguf_loading.py).
     """
     import functools
     from unittest import mock
