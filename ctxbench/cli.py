@@ -446,6 +446,7 @@ def report(
     length: str | None = typer.Option(None, "--len", "-l", help="only these lengths (comma list)"),
     baseline: str | None = typer.Option(None, "--baseline", help="method label to show each cell's change against, at the same length"),
     threshold: float | None = typer.Option(None, "--threshold", help="absolute score threshold for effective length (default: 85% of the shortest length's score)"),
+    html_out: str | None = typer.Option(None, "--html", help="also write one self-contained HTML page (heatmaps, each cell's paired verdict and trials, provenance; two files: their comparison); see docs/looking-at-results.md"),
 ) -> None:
     """The pivot (method label x length per task and factor) in any format, and PNG plots; with
     RULER task rows, also RULER's suite score (the mean over its tasks per length with its task
@@ -453,30 +454,48 @@ def report(
     from ctxbench.parsing import parse_factors, parse_lengths, split_list, split_methods
     from ctxbench.report.effective import check_threshold
     from ctxbench.report.formats import pivots, to_csv, to_json, to_markdown
-    from ctxbench.results.store import read_records
+    from ctxbench.results.store import check_results, read_records
+    from ctxbench.tasks.base import check_numbers
 
     if fmt not in ("table", "markdown", "csv", "json"):
         raise UserError(f"unknown --format '{fmt}'", "use table, markdown, csv or json")
     check_threshold(threshold)
     if plot:
         _check_plot_dir(plot)
+    if html_out:
+        from ctxbench.report.html import check_output
+
+        check_output(html_out, files)
     filters = dict(
         task=split_list(task, "--task") if task else None, method=split_methods(method, "--method") if method else None,
         factor=parse_factors(factor) if factor else None, length=parse_lengths(length) if length else None,
     )
-    from ctxbench.results.identity import drop_partial
     from ctxbench.tasks import registry
 
     tasks = registry()
-    records = []
+    records, by_file, ids = [], [], {}
     for f in files:
-        whole, partial = drop_partial(read_records(f), tasks)
+        rows = read_records(f)
+        if html_out:  # each row's id (ctxbench.results.rowid), for show-prompt
+            from ctxbench.results.rowid import row_id
+
+            if not rows:
+                raise UserError(f"results file '{f}' holds no rows", "give a results CSV that ctxbench wrote rows to")
+            ids.update({id(r): row_id(f, r) for r in rows})
+        whole, partial = check_results(f, rows, tasks)  # the one validation: a damaged value names its row, exit 2
+        check_numbers(whole, tasks, where=f"'{f}': ")  # a text value would show as a gap in a table that looks whole
         records += whole
+        by_file.append((f, whole))
         if partial:
             err.print(f"note: {f}: {len(partial)} partial cell(s) left out ({'; '.join(partial[:3])}{' ...' if len(partial) > 3 else ''}): "
                       "some of their rows are not in the file (deleted, or left out of a filtered copy) — rerun the command that wrote them to complete them", markup=False)  # fmt: skip
     _check_filters(records, filters)
     ps = pivots(records, tasks, baseline=baseline, threshold=threshold, **filters)
+    if html_out:
+        from ctxbench.report.html import save
+
+        size = save(html_out, files, by_file, ids, ps, tasks, filters=filters, baseline=baseline, threshold=threshold, notes=[])
+        err.print(f"html: {html_out} ({size / 1e3:,.0f} kB)", markup=False, highlight=False)
     if fmt == "markdown":
         sys.stdout.write(to_markdown(ps))
     elif fmt == "csv":
@@ -511,9 +530,9 @@ def rank(
     """Methods at one length, best first, and which pairs are separated: paired tests on the same
     documents or trials, Holm-adjusted; methods sharing a letter are not separated."""
     from ctxbench.parsing import parse_length, split_list
-    from ctxbench.results.identity import drop_partial
-    from ctxbench.results.store import read_records
+    from ctxbench.results.store import load_results
     from ctxbench.tasks import registry
+    from ctxbench.tasks.base import check_numbers
 
     if fmt not in ("table", "markdown", "json"):
         raise UserError(f"unknown --format '{fmt}'", "use table, markdown or json")
@@ -523,7 +542,12 @@ def rank(
     tasks = registry()
     records = []
     for f in files:
-        records += drop_partial(read_records(f), tasks)[0]
+        whole, partial = load_results(f, tasks)  # the one validated reader: a damaged value names its row, exit 2
+        check_numbers(whole, tasks, where=f"'{f}': ")  # a text value would drop out of the ranking unsaid
+        records += whole
+        if partial:
+            err.print(f"note: {f}: {len(partial)} partial cell(s) left out ({'; '.join(partial[:3])}{' ...' if len(partial) > 3 else ''}): "
+                      "some of their rows are not in the file — rerun the command that wrote them to complete them", markup=False)  # fmt: skip
     filters = {"task": split_list(task, "--task") if task else None}
     _check_filters(records, filters)
     if n not in {int(float(r["length"])) for r in records}:
@@ -544,6 +568,33 @@ def rank(
             console.print(ranking_table(r))
     if not rankings:
         err.print("note: no table has two methods with paired rows at that length", markup=False)
+
+
+@app.command("show-prompt", short_help="The exact prompt of one trial of a results file (ROW-ID: FILE@KEY as report --html names it, or FILE:N).")
+def show_prompt(
+    row: str = typer.Argument(..., help="FILE@KEY as `report --html` shows it, or FILE:N (the row's number from 1 below the header)"),
+    model: str | None = typer.Option(None, "--model", "-m", help="the model whose tokenizer renders it (default: the row's model)"),
+    option: list[str] | None = typer.Option(None, "--option", help="NAME=VALUE of a task option the row does not record (its data digest does), e.g. haystack=essays; repeatable"),
+    ids: bool = typer.Option(False, "--ids", help="print the token ids (a JSON list) instead of the text"),
+) -> None:
+    """Print the prompt one trial of a results file was given, rebuilt by its task from the row
+    (task, variant, length, depth, seed, trial, options) and checked against it: the model's and
+    the data's digests and the token count must be the row's."""
+    import json
+
+    from ctxbench.results.rowid import find
+    from ctxbench.runner.showprompt import describe_model, parse_options, prompt_ids, trial_row
+    from ctxbench.tasks import registry
+
+    options = parse_options(option)
+    record = find(row)
+    trial_row(record, f"row {row}")
+    lm = describe_model(model or record["model"])
+    token_ids = prompt_ids(record, lm, registry(), options, where=f"row {row}")
+    err.print(f"{row}: {record['task']} {record.get('variant', '')} length {record['length']} depth {record.get('depth') or '—'} "
+              f"seed {record.get('seed', '')} trial {record['trial']}: {len(token_ids)} tokens (model and data digests match the row)",
+              markup=False, highlight=False)  # fmt: skip
+    sys.stdout.write(json.dumps(list(token_ids)) + "\n" if ids else lm.tokenizer.decode(list(token_ids)) + "\n")
 
 
 def _check_filters(records: list[dict], filters: dict) -> None:

@@ -289,6 +289,24 @@ def decode_text(raw: bytes, what: str, fix: str = "", keep_bom: bool = False) ->
         raise UserError(f"{what} is not UTF-8 text (byte {e.start})", "save it as UTF-8, e.g. iconv -t UTF-8 FILE > NEW") from None
 
 
+def json_rows(text: str) -> list:
+    """A JSON document (a list, or one value) or JSON lines (one value a line), parsed; the one
+    reader of both for every data file (datasets, BABILong rows, LongBench v2 items). A syntax error
+    raises :class:`ValueError` naming the file's own line and column: JSON lines are parsed a line
+    at a time, and ``json`` alone would say "line 1" of every one."""
+    if text.lstrip().startswith("["):
+        return json.loads(text)
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"line {number}, column {exc.colno}: {exc.msg}") from None
+    return rows
+
+
 def refuse_wide(raw: bytes, what: str) -> None:
     """One :class:`UserError` when ``raw`` is UTF-16/32 text, with the conversion that fixes it
     (for readers that otherwise tolerate stray bytes, and would read such a file as garbage)."""

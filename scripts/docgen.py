@@ -194,7 +194,7 @@ COLUMN_MEANINGS = {
     "run_id": "one id per run (shared by every torchrun rank of one launch)",
     "time": "when the row was written (UTC, ISO 8601)",
     "model": "the model as named on the command line (hub id, path or alias)",
-    "model_digest": "`sha256:` and the start of the weights files' sha256, or `hub:<revision>`",
+    "model_digest": "the model's identity: `sha256:` and the start of a sha256 over its weight files and the files that change what it computes (`config.json` less where it was saved, `generation_config.json`, the tokenizer's files), or `hub:<revision>`; a copy with another config is another model",
     "dataset": "the corpus or data file(s) the task read",
     "data_digest": "the same of the corpus and of which of its documents were scored (passkey: of the prompt template; RULER: with the haystack's text)",
     "task": "the task's name (`ppl`, `passkey`, `niah`, ..., or a plug-in's)",
@@ -277,6 +277,16 @@ def _sections(text: str) -> list[tuple[str, list[str]]]:
         elif out:
             out[-1][1].append(line)
     return [(title, body[: len(body) - next((i for i, x in enumerate(reversed(body)) if x.strip()), 0)]) for title, body in out]
+
+
+def reference_table(*tasks: str) -> None:
+    """Each task's reference modes, generated from its declared `Reference`s (``Task.references``)."""
+    from ctxbench.tasks import get
+    from ctxbench.tasks.base import reference_table as table
+
+    for i, name in enumerate(tasks):
+        _out(("\n" if i else "") + f"*`{name}` against its references* (generated from the task's declared reference modes):\n\n"
+             + table(get(name)))
 
 
 def report(*args: str, only: str | tuple[str, ...] = "") -> None:

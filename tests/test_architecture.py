@@ -22,7 +22,7 @@ LAYERS = [
     {"backends"},
     {"methods"},
     {"model"},
-    {"errors", "parsing", "stats", "defaults", "version", "synthetic", "_compat"},
+    {"errors", "parsing", "stats", "defaults", "version", "synthetic", "_compat", "textsafe", "outfiles"},
 ]
 
 

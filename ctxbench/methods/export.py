@@ -26,6 +26,7 @@ import json
 
 from ctxbench.errors import UserError, unknown
 from ctxbench.methods import METHODS, check_applicable, check_derived, effective_params, exportable, resolve
+from ctxbench.methods.grid import one_spec
 from ctxbench.model.geometry import RopeGeometry
 from ctxbench.parsing import MOST_LENGTH, parse_factor, parse_length
 
@@ -175,7 +176,8 @@ def export_settings(method: str, factor, to: str, model: str | None = None, head
     """The structured export (dict, or a list of flags for llama.cpp); :func:`export` prints it."""
 
     engine = _engine(to)
-    setting = resolve(method, params, runnable=True)  # every value checked before a config is read
+    name, params = one_spec(method, params)  # a report's label or tune's winner line, e.g. yarn(beta_fast=16)
+    setting = resolve(name, params, runnable=True)  # every value checked before a config is read
     s = parse_factor(factor)
     geom = _geometry(model, head_dim, base, trained_len, trust_remote_code)
     check_applicable(setting, geom)

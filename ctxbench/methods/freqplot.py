@@ -18,6 +18,7 @@ from ctxbench.errors import UserError
 from ctxbench.methods import check_derived, frequencies, numpy_namespace, resolve
 from ctxbench.methods.grid import resolve_methods
 from ctxbench.model.geometry import RopeGeometry
+from ctxbench.outfiles import save_figure
 
 COLUMNS = ("method", "pair", "inv_freq", "wavelength", "scaled_wavelength", "scale", "attention_scale")
 
@@ -192,6 +193,8 @@ def plot_freqs(
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path)  # whole or not at all: never a truncated PNG
+    finally:
+        plt.close(fig)
     return path

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 from ctxbench.errors import UserError
 from ctxbench.methods.setting import default_label, resolve
@@ -56,6 +57,9 @@ def check_labels(settings: list, where: str = "") -> None:
     """Two entries with the same label would merge in every table: an error naming both."""
     seen: dict[str, object] = {}
     for s in settings:
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in s.label):
+            raise UserError(f"{where}label {json.dumps(s.label)} holds a line break or another control character",
+                            "write a label on one line, of printable characters (it names a row in every table)")  # fmt: skip
         if s.label in seen and seen[s.label] != s:
             raise UserError(
                 f"{where}two method entries are labelled '{s.label}': {_describe(seen[s.label])} and {_describe(s)}",
@@ -84,6 +88,18 @@ def parse_spec(item: str) -> tuple[str, dict]:
         return name.strip(), parse_params([inner]) if inner else {}
     except UserError as exc:
         raise UserError(f"bad method spec '{item}': {exc.what}", example) from None
+
+
+def one_spec(item: str, params: dict | None = None, what: str = "--method") -> tuple[str, dict]:
+    """One method spec naming one setting (what ``export`` prints, what a report labels and ``tune``
+    prints as its winner: ``yarn(beta_fast=16)``) -> ``(name, its parameters merged with params)``.
+    A parameter given in both is one clear error."""
+    name, inline = parse_spec(item)
+    params = dict(params or {})
+    twice = sorted(set(params) & set(inline))
+    if twice:
+        raise UserError(f"{name} parameter '{twice[0]}' is given in {what} {name}(...) and in --param too", "give it in one place")
+    return name, {**params, **inline}  # a grid of values is refused by resolve, each parameter by its kind
 
 
 def resolve_methods(method, params: dict | None = None) -> list:

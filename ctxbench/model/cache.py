@@ -96,15 +96,19 @@ def write_atomic(path: Path, data: bytes) -> bool:
     """Write ``data`` to ``path`` through a temporary file and a rename, so a concurrent reader sees
     the old file or the new one; whatever is in the way (a directory) is removed first. False if it
     could not be written (a read-only home only costs the next run the work)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir() and not path.is_symlink():
             discard(path)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
         return True
-    except OSError:
+    except OSError:  # a full disk or a file-size limit: no half-written temp file left behind either
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         return False
 
 

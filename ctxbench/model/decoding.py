@@ -264,7 +264,11 @@ def _continuation_nll(model, hidden: torch.Tensor, continuations) -> tuple[torch
 
     logits = head_logits(model, hidden)  # (batch, k, vocab)
     target = torch.tensor([list(c) for c in continuations], device=hidden.device)  # (batch, k)
-    return logits, F.cross_entropy(logits.transpose(1, 2), target, reduction="none").cpu()
+    # the vocabulary on the last dim, as scoring.nll_from_hidden: cross_entropy over dim 1 of a
+    # (batch, vocab, k) view sums its float32 exponentials another way, 2e-4 nats off a float64
+    # log-softmax over SmolLM2's 49152 entries, against 3e-5 for this layout (lm-eval's)
+    nll = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape)
+    return logits, nll.cpu()
 
 
 def _shared_groups(model, prompts: Sequence[Sequence[int]], share: bool = True) -> Iterator[tuple]:

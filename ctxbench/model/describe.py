@@ -43,7 +43,7 @@ def describe(spec: str, trust_remote_code: bool = False) -> ModelDescription:
     import torch
     from transformers import AutoTokenizer, GenerationConfig
 
-    from ctxbench.model.files import _dir_digest, check_model, file_digest, load_config
+    from ctxbench.model.files import check_model, dir_digest, file_digest, load_config
     from ctxbench.model.geometry import RopeGeometry
     from ctxbench.model.load import _dequantised, _verified_model, load
 
@@ -58,7 +58,7 @@ def describe(spec: str, trust_remote_code: bool = False) -> ModelDescription:
         source, digest = str(cached), file_digest(path / gguf)
     else:
         source = str(path) if path else spec
-        digest = _dir_digest(path) if kind == "dir" else ""
+        digest = dir_digest(path) if kind == "dir" else ""
     config = load_config(source, trust_remote_code)
     if kind == "hub":
         digest = "hub:" + str(getattr(config, "_commit_hash", None) or "unknown")

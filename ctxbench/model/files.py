@@ -19,6 +19,7 @@ from pathlib import Path
 from ctxbench.defaults import DEFAULT_MODEL  # noqa: F401  (imported from here too)
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, dataclass_fields, file_sha256
+from ctxbench.model.configcheck import check_config_values
 from ctxbench.model.geometry import RopeGeometry, heads_of, layers_of
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -128,13 +129,47 @@ def load_counts(spec: str, trust_remote_code: bool = False) -> tuple[int | None,
     return counts["layers"] or None, counts["heads"] or None
 
 
-def _dir_digest(path: Path) -> str:
+# The files besides the weights whose content changes what a model computes: its config (rope_theta,
+# max_position_embeddings, a shipped rope_scaling, ...), its generation config (the stop tokens of
+# greedy answers) and its tokenizer (the token ids and the chat template every prompt is built with).
+# A copy of a model that differs in any of them is another model: it never shares a cell or a tune
+# evaluation with the first (results.identity keys cells by this digest).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt", "tiktoken.model")
+COMPUTATION_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
+                     "added_tokens.json", "chat_template.json", "chat_template.jinja", "merges.txt", *TOKENIZER_FILES)
+# config.json keys that record where and with what a file was saved, never what it computes: a model
+# saved again by a newer transformers keeps its identity.
+BOOKKEEPING_KEYS = ("transformers_version", "_name_or_path", "_commit_hash")
+
+
+def _computation_bytes(file: Path) -> bytes:
+    """What of one of :data:`COMPUTATION_FILES` enters the identity: the config and generation config
+    canonically (sorted keys, no whitespace; ``config.json`` without :data:`BOOKKEEPING_KEYS`), so a
+    re-indented or re-saved copy is the same model; the tokenizer's files byte for byte."""
+    raw = file.read_bytes()
+    if file.name not in ("config.json", "generation_config.json"):
+        return raw
+    try:
+        value = json.loads(raw.decode("utf-8-sig"))
+    except ValueError:
+        return raw  # unreadable JSON: check_model_dir refuses config.json before any digest
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k not in BOOKKEEPING_KEYS}
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def dir_digest(path: Path) -> str:
+    """A saved model folder's identity: sha256 (first 16 hex digits) over its weight files' digests
+    and the content of its :data:`COMPUTATION_FILES`, each with its name. Two copies of one model share
+    it exactly when the weights, the config (less :data:`BOOKKEEPING_KEYS`), the generation config
+    and the tokenizer are the same."""
     files = sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf", ".pt"))
-    if not files:
-        files = sorted(p for p in path.iterdir() if p.name == "config.json")
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + file_digest(f).encode())
+    for name in COMPUTATION_FILES:
+        if (path / name).is_file():
+            h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(_computation_bytes(path / name)).hexdigest().encode())
     return "sha256:" + h.hexdigest()[:16]
 
 
@@ -163,7 +198,6 @@ def locate(spec: str) -> tuple[str, Path | None, str | None]:
     return "hub", None, None
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt", "tiktoken.model")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
@@ -212,6 +246,7 @@ def _check_config_file(file: Path) -> None:
         raise bad(f"holds a JSON {type(config).__name__}, not an object of settings")
     if not isinstance(config.get("model_type"), str) or not config["model_type"]:
         raise bad("has no \"model_type\" (transformers needs it to know the architecture)")
+    check_config_values(config, file)
 
 
 def _weight_files(path: Path) -> list[Path]:

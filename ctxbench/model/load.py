@@ -21,10 +21,10 @@ from ctxbench.model.cache import BadEntry, Schema, cache_root, discard, ignored,
 from ctxbench.model.files import (  # noqa: F401  (re-exported: the public names of model loading)
     ALIASES,
     DEFAULT_MODEL,
-    _dir_digest,
     _hub_error,
     check_gguf,
     check_model,
+    dir_digest,
     file_digest,
     load_config,
     load_geometry,
@@ -151,7 +151,7 @@ def _load(spec: str, kind: str, path: Path | None, gguf: str | None, device: str
     if kind == "gguf":
         digest = gguf_digest
     elif kind == "dir":
-        digest = _dir_digest(path)
+        digest = dir_digest(path)
     else:
         digest = "hub:" + str(getattr(model.config, "_commit_hash", None) or "unknown")
     return LoadedModel(

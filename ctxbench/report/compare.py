@@ -47,6 +47,7 @@ from ctxbench.results.identity import SETTING, VIEW, table_view_key
 from ctxbench.results.store import load_results
 from ctxbench.tasks import registry
 from ctxbench.tasks.proxy import HIGHER_IS_BETTER
+from ctxbench.textsafe import md_cell, md_line
 
 # Relative change below which two floats are the same number (a rerun prints exactly the same
 # digits; another CPU's summation order moves the ~7th significant digit of a float32 loss).
@@ -343,12 +344,12 @@ def to_markdown(changes: list[Change], notes: list[str], rtol: float, strict: bo
     moved = sum(1 for c in changes if c.status == "changed")
     head = (f"### ctxbench compare: {'FAIL' if bad else 'PASS'} — {len(bad)} of {len(changes)} cells worse (rtol {rtol:g})"
             + (f", {moved} changed" if moved else "") + "\n")  # fmt: skip
-    lines = [head, *[f"> {n}" for n in notes], "",
+    lines = [head, *[f"> {md_line(n)}" for n in notes], "",
              "| task | method | factor | length | depth | metric | base | new | change | status | why |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for c in changes:
         flag = c.status in BAD or (strict and c.status == "changed")
-        lines.append("| " + " | ".join([
+        lines.append("| " + " | ".join(md_cell(x) for x in [
             c.key["task"] + (f" {c.key['variant']}" if c.key.get("variant") else ""), c.key["label"], c.key["factor"] or "any",
             c.key["length"], c.key["depth"] or "—", c.key["metric"], fmt(c.base, c.base_ci, c.key["metric"], c.base_all_pass), fmt(c.new, c.new_ci, c.key["metric"], c.new_all_pass), pct(c),
             ("**" + c.status + "**") if flag else c.status, c.reason,

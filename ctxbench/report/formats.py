@@ -28,6 +28,7 @@ from ctxbench.report.pivot import (
     len_label,
 )
 from ctxbench.report.rulerscore import CSV_FIELDS, FAMILIES, csv_fields, rich_table, suites, to_dict
+from ctxbench.textsafe import csv_escape, md_cell, md_line
 
 
 def pivots(records: list[dict], tasks=None, task=None, method=None, factor=None, length=None, baseline=None,
@@ -60,12 +61,12 @@ def to_markdown(ps: list[Pivot]) -> str:
     parts = []
     for p in ps:
         cols = [len_label(n) for n in p.lengths] + (["effective length"] if p.effective else [])
-        lines = [f"#### {p.title}", "", "| method | " + " | ".join(cols) + " |", "| --- |" + " ---: |" * len(cols)]
+        lines = [f"#### {md_line(p.title)}", "", "| method | " + " | ".join(cols) + " |", "| --- |" + " ---: |" * len(cols)]
         for label, cells in p.rows.items():
             row = [fmt_value(p, cells.get(n)) for n in p.lengths]
             if p.effective:
                 row.append(fmt_effective(p, label))
-            lines.append(f"| {label} | " + " | ".join(row) + " |")
+            lines.append(f"| {md_cell(label)} | " + " | ".join(md_cell(c) for c in row) + " |")
         parts.append("\n".join(lines))
     suites = ruler_suites(ps)
     if suites:
@@ -110,7 +111,7 @@ def to_csv(ps: list[Pivot]) -> str:
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in _long_rows(ps, suites):
-        writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in r.items()})
+        writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else csv_escape(str(v)))) for k, v in r.items()})
     return buf.getvalue()
 
 

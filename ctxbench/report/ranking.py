@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from ctxbench.parsing import len_label
+from ctxbench.textsafe import md_cell, md_line
 
 
 def _title(r) -> str:
@@ -58,8 +59,8 @@ def ranking_markdown(rankings) -> str:
     parts = []
     for r in rankings:
         cols = _columns(r)
-        lines = [f"#### {_title(r)}", "", "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
-        lines += ["| " + " | ".join(row) + " |" for row in _rows(r)]
+        lines = [f"#### {md_line(_title(r))}", "", "| " + " | ".join(md_cell(c) for c in cols) + " |", "|" + " --- |" * len(cols)]
+        lines += ["| " + " | ".join(md_cell(x) for x in row) + " |" for row in _rows(r)]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
 

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from ctxbench.parsing import len_label
 from ctxbench.report.paired import TRIAL_METRICS
 from ctxbench.results.identity import SETTING
+from ctxbench.textsafe import md_cell, md_line
 
 # RULER's 13 tasks as ctxbench (task, variant) -> RULER's name
 TASKS: dict[tuple[str, str], str] = {
@@ -80,6 +81,9 @@ REPS = 2000
 LEVEL = 0.95
 TOL = 1e-9  # percent points: 85.6 computed as a mean of fractions may land one ulp below
 DEFAULT_PROTOCOL = {"qa": "ruler"}  # rows without a protocol: qa was born with RULER's; the others predate the option
+# A task's own reference mode (qa's --doc-count): set apart per task like its data, never a suite setting of its own,
+# so qa's cells average with the other 11 tasks' (two modes of one task in one setting: left out, as two data would be)
+TASK_MODES = frozenset({"doc_count"})
 
 
 @dataclass
@@ -197,10 +201,11 @@ def _group(p) -> tuple[tuple, tuple, dict]:
     options = _options(s["options"])
     chat = options.pop("chat", s["dataset"].endswith("-chat"))
     protocol = options.pop("protocol", DEFAULT_PROTOCOL.get(p.task, "exact"))
+    modes = tuple(f"{k}={options.pop(k)}" for k in sorted(TASK_MODES & set(options)))
     setting = {"protocol": protocol, "chat": chat, "dtype": s["dtype"], "seed": s["seed"], "model_digest": s["model_digest"],
                "stride": s["stride"], **{f"option {k}": v for k, v in sorted(options.items())}}  # fmt: skip
     key = (p.model, *(json.dumps(v, sort_keys=True) for v in setting.values()), tuple(setting))
-    return key, (s["dataset"], s["data_digest"]), setting
+    return key, (s["dataset"], s["data_digest"], *modes), setting
 
 
 def _cell_factor(cell, table_factor: str) -> str:
@@ -286,7 +291,7 @@ def suites(ps, reps: int = REPS, seed: int = 0, level: float = LEVEL) -> list[Su
                     chosen = {}
                     for task, runs in tasks.items():
                         if len(runs) > 1:
-                            digests = ", ".join(sorted(d.split(":")[-1][:8] or "?" for _, d in runs))
+                            digests = ", ".join(sorted(r[1].split(":")[-1][:8] or "?" for r in runs))
                             suite.notes.append(f"{label} at {len_label(n)}: {TASKS[task]} left out of the average — "
                                                f"runs with different data ({digests}) in one setting")  # fmt: skip
                             continue
@@ -457,11 +462,11 @@ def to_markdown(ss: list[Suite]) -> str:
     parts = []
     for s in ss:
         cols = [len_label(n) for n in s.lengths] + list(COLUMNS)
-        lines = [f"#### {s.title}", "", "| method | " + " | ".join(cols) + " |", "| --- |" + " ---: |" * len(cols)]
+        lines = [f"#### {md_line(s.title)}", "", "| method | " + " | ".join(cols) + " |", "| --- |" + " ---: |" * len(cols)]
         for label, row in s.rows.items():
             cells = [fmt_cell(row.cells.get(n)) for n in s.lengths] + [fmt_wavg(row, "inc"), fmt_wavg(row, "dec"), fmt_effective(row)]
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        lines += ["", EXPLAIN + "."] + [f"- {note}" for note in s.notes]
+            lines.append(f"| {md_cell(label)} | " + " | ".join(md_cell(c) for c in cells) + " |")
+        lines += ["", EXPLAIN + "."] + [f"- {md_line(note)}" for note in s.notes]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ctxbench.errors import UserError
+from ctxbench.outfiles import temp_beside, write_error
 from ctxbench.parsing import check_name_lengths, expand_path, refuse_wide
 from ctxbench.results.identity import (
     IDENTITY,
@@ -47,6 +48,7 @@ from ctxbench.results.identity import (
     row_key,
 )
 from ctxbench.tasks import registry
+from ctxbench.textsafe import csv_escape, csv_unescape
 
 __all__ = ["COLUMNS", "CELL_KEY", "ROW_KEY", "Row", "ResultsFile", "cell_key", "row_key", "read_records", "write_records"]
 
@@ -192,17 +194,23 @@ def one_row_each(path: str | Path, records: list[dict[str, str]]) -> list[dict[s
 
 
 def load_results(path: str | Path, tasks: dict | None = None) -> tuple[list[dict[str, str]], list[str]]:
-    """The one validated reader of a results file for a gate: :func:`read_records` (a regular file
-    under :data:`RESULTS_MOST`, UTF-8, a ctxbench header, typed key columns, each value once or a
-    named conflict), its partial cells left out (:func:`ctxbench.results.identity.drop_partial`;
-    their descriptions returned), and every value in its metric's domain
-    (:func:`ctxbench.tasks.base.check_records`, naming the file and the cell: exit 2). ``compare``
-    in every mode reads through it."""
+    """The one validated reader of a results file: :func:`read_records` (a regular file under
+    :data:`RESULTS_MOST`, UTF-8, a ctxbench header, typed key columns, each value once or a named
+    conflict), then :func:`check_results`. ``compare`` in every mode, ``report`` and ``rank`` read
+    through it."""
+    return check_results(path, read_records(path), tasks)
+
+
+def check_results(path: str | Path, records: list[dict[str, str]], tasks: dict | None = None) -> tuple[list[dict[str, str]], list[str]]:
+    """``records`` read from ``path``, their partial cells left out
+    (:func:`ctxbench.results.identity.drop_partial`; their descriptions returned), and every value
+    in its metric's domain (:func:`ctxbench.tasks.base.check_records`: a text, empty or ``0,5`` value
+    names the file and the cell, exit 2). The rows returned are the objects given."""
     from ctxbench.results.identity import drop_partial
     from ctxbench.tasks.base import check_records
 
     tasks = registry() if tasks is None else tasks
-    records, partial = drop_partial(read_records(path), tasks)
+    records, partial = drop_partial(records, tasks)
     check_records(records, tasks, where=f"'{path}': ")  # a value no run can produce: named, exit 2
     return records, partial
 
@@ -242,7 +250,7 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
                 f"'{path}' line {line} has {len(values)} fields, expected {len(header)}: the file is truncated or damaged",
                 f"delete line {line} and the other rows of its cell (resuming re-runs that cell), or restore the file",
             )
-        record = dict(zip(header, values, strict=True))
+        record = {k: csv_unescape(v) for k, v in zip(header, values, strict=True)}  # what _serialize escaped
         _check_types(path, record, reader.line_num + line_offset)
         record.setdefault("variant", "")
         if legacy:
@@ -284,11 +292,21 @@ def _registry() -> dict:
 
 
 def _serialize(records: Iterable[dict], columns: list[str] = COLUMNS) -> str:
+    """Rows as CSV text; a cell a spreadsheet would run as a formula (a label ``=HYPERLINK(...)``, an
+    answer ``-2+3``) is written as text (:func:`ctxbench.textsafe.csv_escape`), read back as it was;
+    a carriage return is written as a line feed (:func:`_one_newline`)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     for record in records:
-        writer.writerow({c: _fmt(record.get(c, "")) for c in columns})
+        writer.writerow({c: csv_escape(_one_newline(_fmt(record.get(c, "")))) for c in columns})
     return buf.getvalue()
+
+
+def _one_newline(text: str) -> str:
+    """``\r\n`` and a lone ``\r`` as ``\n``: the file's rows end in ``\n``, so Python's ``csv``
+    quotes a field holding ``\n`` but not one holding only ``\r``, which every reader, ctxbench's
+    own included, then takes for the end of a row (a model's answer may hold one)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _header(columns: list[str]) -> bytes:
@@ -363,18 +381,27 @@ def write_records(path: str | Path, records: Iterable[dict]) -> None:
 
 def _atomic_write(path: Path, data: bytes):
     """Replace ``path`` by ``data`` via a fsynced temp file; returns the temp file, still open (its
-    inode is now ``path``'s). Call with the lock held: any other temp file is a dead writer's."""
+    inode is now ``path``'s). Call with the lock held: any other temp file is a dead writer's. A
+    full disk or a file-size limit leaves ``path`` as it was and no temp file: one line
+    (:func:`ctxbench.outfiles.write_error`)."""
     _remove_stale_temps(path)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
-    f = tmp.open("w+b")
+    tmp = temp_beside(path)
+    f = None
     try:
+        f = tmp.open("w+b")
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        f.close()
+    except BaseException as exc:
+        if f is not None:
+            try:
+                f.close()  # flushes what a full disk refused again, and fails again: the temp file goes either way
+            except OSError:
+                pass
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise write_error(path, exc, "every row written before is kept: the same command resumes") from None
         raise
     return f
 

@@ -407,12 +407,14 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
     keys = {c: key_of(c) for c in grid}
     # A cell with fewer trials than now asked runs again (its trials are seeded by their index, so
     # the old ones come out the same and the new rows replace the old); one with more is kept.
-    wanted = task.trials_asked(settings)
+    # (--trials all: each cell asks for its own variant's item count)
+    wanted = {c: task.trials_asked(settings, c) for c in grid}
     chosen = set(grid) if select is None else {c for c in grid if select(c)}
-    short = {keys[c]: c for c in chosen if 0 < done.get(keys[c], wanted) < wanted}
+    short = {keys[c]: c for c in chosen if 0 < done.get(keys[c], wanted[c]) < wanted[c]}
     todo_groups = [[c for c in g if c in chosen and (keys[c] not in done or keys[c] in short)] for g in groups]
     if short:
-        notes.append(f"{len(short)} cell(s) in the results file hold fewer than --trials {wanted} trials: their missing trials run now")
+        asked = getattr(settings, "trials", "")
+        notes.append(f"{len(short)} cell(s) in the results file hold fewer than --trials {asked} trials: their missing trials run now")
     return Pending(grid, full_grid, [g for g in todo_groups if g], rows_for, key_of, notes, short)
 
 

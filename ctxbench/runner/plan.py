@@ -28,6 +28,7 @@ class JobPlan:
     rows: tuple  # (what, cells, tokens, seconds) per method entry
     trials: int | None = None  # trials per accuracy cell (None: the task does not count trials)
     auto: bool = False  # --trials auto: ``trials`` is the most a cell can run, and the plan counts them all
+    items: dict | None = None  # --trials all: {variant: items}, every one a trial of each of its cells
     work: Flops = Flops()  # FLOPs of every forward and decoding step of the job, by part
     done: int = 0  # cells the results file already holds: a run skips them, and the plan does not count them
     options: tuple[str, ...] = ()  # the task's option names: advice names only knobs the command has
@@ -99,9 +100,12 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
         auto = trials == "auto"
         if auto:  # the most it can take
             trials = job.settings.max_trials
+        every = job.task.items(job.settings) if trials == "all" and job.task.items is not None else None
+        if every is not None:  # every item of the data: the fewest a cell holds, for its interval
+            trials = min(every.values(), default=0) or None
         out.append(JobPlan(job.task.name, sum(r[1] for r in rows), sum(i.forward_count for i in items),
                            sum(r[2] for r in rows), sum(r[3] for r in rows), tuple(rows), trials=trials, auto=auto,
-                           work=total, options=tuple(job.task.option_names())))  # fmt: skip
+                           work=total, options=tuple(job.task.option_names()), items=every))  # fmt: skip
         if todo is not None:
             out[-1] = replace(out[-1], done=len(todo.grid) - len(todo.cells))
     return Plan(model, tuple(out), basis, rate is not None, measured, dtype, dtype_note)
@@ -183,7 +187,10 @@ def print_plan(console, plan: Plan, out=None) -> None:
         )
         if j.auto:
             console.print(f"  [dim]--trials auto: batches of 10 until decided, at most {j.trials} trials per cell (the most it can cost, as above)[/]")
-        elif j.trials:
+        if j.items is not None:
+            each = ", ".join(f"{v} {n:,}" for v, n in j.items.items())
+            console.print(f"  [dim]--trials all: every item of the data, {sum(j.items.values()):,} in all ({each}), each a trial of every cell of its variant[/]")
+        if j.trials and not j.auto:
             console.print(f"  [dim]{interval_note(j.trials)}[/]")
     if plan.dtype_note:
         console.print(f"[dim]dtype {plan.dtype} ({plan.dtype_note})[/]", highlight=False)

@@ -18,11 +18,18 @@ people (qa5: Bill, Fred, Jeff, Mary), bAbI's six rooms and three objects, bAbI's
 Background: sentences of the essay haystack (default the pydoc prose of
 :mod:`ctxbench.synthetic.haystack`; ``--haystack essays`` for Paul Graham's, as RULER's niah), from
 a random sentence on, the story's facts inserted in order between them at random places, as
-BABILong's ``NoiseInjectionDataset`` does with PG-19. Length: as many whole background sentences as
-let the prompt plus 20 new tokens (BABILong's generation budget) fit (RULER's accounting).
+BABILong's ``NoiseInjectionDataset`` does with PG-19. Length (``length_of``): ``context``
+(default), BABILong's own: the context -- facts and background sentences, tokenised alone -- is
+the length (as many whole sentences as keep it within it; BABILong cuts its last sentence's tokens
+to hit it exactly), the instruction, examples and question come on top; ``prompt``: as many whole
+background sentences as let the whole prompt plus 20 new tokens (BABILong's generation budget)
+fit (RULER's accounting, every run before ``--length-of``).
 
-Prompt: BABILong's ``DEFAULT_TEMPLATE`` with its ``DEFAULT_PROMPTS`` (instruction, in-context
-examples, post prompt), word for word (:data:`PROMPTS`), stripped as ``get_formatted_input`` does.
+Prompt (``prompts``): BABILong's ``DEFAULT_TEMPLATE`` with its ``DEFAULT_PROMPTS`` (instruction,
+in-context examples, post prompt), word for word, as ``get_formatted_input`` formats them:
+``current`` (default; ``babilong/prompts.py`` at 7a6efee, last changed in ffa075f, 2024-08-21:
+blank lines between the sections, five strings fixed, the context stripped; :data:`PROMPTS`) or
+``2024-05`` (its first version, d796183, 2024-05-15; :data:`PROMPTS_2024_05`).
 
 Scorers (:func:`strict`, :func:`lenient`): the official ``compare_answers`` of babilong/metrics.py
 (the first sentence of the output must name the target and no other of the task's labels, labels
@@ -36,20 +43,25 @@ context), ``question`` and ``target``.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass, field
 
+from ctxbench.parsing import json_rows
 from ctxbench.synthetic.haystack import Haystack, sentences
 from ctxbench.synthetic.pieces import Frame, TooShort, encode
 
 VARIANTS = ("qa1", "qa2", "qa3", "qa4", "qa5")
 MAX_NEW_TOKENS = 20
-TEMPLATE = "{instruction}\n{examples}\n{post_prompt}\n<context>\n{context}\n</context>\nQuestion: {question}"
+PROMPT_VERSIONS = ("current", "2024-05")  # booydar/babilong prompts.py at 7a6efee (current) and at d796183 (its first version)
+LENGTH_OF = ("context", "prompt")
+# babilong/prompts.py DEFAULT_TEMPLATE (TASK_TEMPLATE + USER_TEMPLATE) at 7a6efee
+TEMPLATE = "{instruction}\n\n{examples}\n\n{post_prompt}\n\n<context>\n{context}\n</context>\n\nQuestion: {question}"
+# babilong/prompts.py DEFAULT_TEMPLATE at d796183 (2024-05-15)
+TEMPLATE_2024_05 = "{instruction}\n{examples}\n{post_prompt}\n<context>\n{context}\n</context>\nQuestion: {question}"
 
-# babilong/prompts.py DEFAULT_PROMPTS (qa1-qa5), word for word
-PROMPTS = {
+# babilong/prompts.py DEFAULT_PROMPTS (qa1-qa5) at d796183, word for word (typos included)
+PROMPTS_2024_05 = {
     "qa1": {
         "instruction": "I will give you context with the facts about positions of different persons hidden in some random text "
         "and a question. You need to answer the question based only on the information from the facts. "
@@ -116,6 +128,16 @@ PROMPTS = {
         "Do not explain your answer.",
     },
 }
+
+# babilong/prompts.py DEFAULT_PROMPTS (qa1-qa5) at 7a6efee: the first version with its five fixes
+# (commits 876cf31, 2024-05-22, and c9c6ad2, 2024-06-05)
+PROMPTS = {v: dict(p) for v, p in PROMPTS_2024_05.items()}
+PROMPTS["qa1"]["post_prompt"] = PROMPTS_2024_05["qa1"]["post_prompt"].rstrip(" ")
+PROMPTS["qa3"]["instruction"] = PROMPTS_2024_05["qa3"]["instruction"] + "."
+PROMPTS["qa3"]["examples"] = (PROMPTS_2024_05["qa3"]["examples"].replace("bedroom.Mary", "bedroom. Mary")
+                              .replace("Answer: Before the kitchen the football", "Answer: Before the bedroom the football"))  # fmt: skip
+PROMPTS["qa3"]["post_prompt"] = PROMPTS_2024_05["qa3"]["post_prompt"].replace("$location_1&", "$location_1$")
+VERSIONS = {"current": (TEMPLATE, PROMPTS, True), "2024-05": (TEMPLATE_2024_05, PROMPTS_2024_05, False)}  # (template, prompts, strip the context)
 
 # babilong/metrics.py TASK_LABELS
 TASK_LABELS = {
@@ -317,28 +339,31 @@ class Prompt:
     extra: dict = field(default_factory=dict, hash=False)
 
 
-def formatted(variant: str, context: str, question: str) -> str:
-    """babilong/prompts.py ``get_formatted_input`` with the task's default prompts."""
-    p = PROMPTS[variant]
-    return TEMPLATE.format(instruction=p["instruction"], examples=p["examples"], post_prompt=p["post_prompt"],
-                           context=context, question=question).strip()  # fmt: skip
+def formatted(variant: str, context: str, question: str, prompts: str = "current") -> str:
+    """babilong/prompts.py ``get_formatted_input`` with the task's default prompts of version ``prompts``."""
+    template, table, strip = VERSIONS[prompts]
+    p = table[variant]
+    return template.format(instruction=p["instruction"], examples=p["examples"], post_prompt=p["post_prompt"],
+                           context=context.strip() if strip else context, question=question).strip()  # fmt: skip
 
 
 def _ids(tokenizer, fr: Frame, text: str) -> list[int]:
     return list(fr.head) + encode(tokenizer, text + fr.between)
 
 
-def build(variant: str, tokenizer, fr: Frame, haystack: Haystack, length: int, seed: int, trial: int) -> Prompt:
+def build(variant: str, tokenizer, fr: Frame, haystack: Haystack, length: int, seed: int, trial: int,
+          prompts: str = "current", length_of: str = "context") -> Prompt:
     """Trial ``trial`` of ``variant`` at ``length``: the story's facts among as many whole background
-    sentences as fit with BABILong's 20 new tokens."""
+    sentences as keep the context within ``length`` tokens (``length_of="context"``), or the whole
+    prompt with BABILong's 20 new tokens (``"prompt"``)."""
     rng = random.Random(f"babilong|{variant}|{seed}|{length}|{trial}")
     s = story(variant, rng)
     background = sentences(haystack.text)
     start = rng.randrange(len(background))
     places = sorted(rng.random() for _ in s.facts)
-    budget = length - MAX_NEW_TOKENS
+    budget = length - MAX_NEW_TOKENS if length_of == "prompt" else length
 
-    def text(k: int) -> str:
+    def context(k: int) -> str:
         noise = [background[(start + i) % len(background)] for i in range(k)]
         parts: list[str] = []
         cut = [round(f * k) for f in places]
@@ -349,13 +374,18 @@ def build(variant: str, tokenizer, fr: Frame, haystack: Haystack, length: int, s
                 fi += 1
             if i < k:
                 parts.append(noise[i])
-        return formatted(variant, " ".join(parts), s.question)
+        return " ".join(parts)
+
+    def text(k: int) -> str:
+        return formatted(variant, context(k), s.question, prompts)
 
     def size(k: int) -> int:
+        if length_of == "context":
+            return len(encode(tokenizer, context(k)))
         return len(_ids(tokenizer, fr, text(k)))
 
     if size(0) > budget:
-        raise TooShort(f"BABILong {variant}", length, size(0) + MAX_NEW_TOKENS)
+        raise TooShort(f"BABILong {variant}", length, size(0) + (MAX_NEW_TOKENS if length_of == "prompt" else 0))
     lo, hi = 0, 16
     while size(hi) <= budget:
         lo, hi = hi, hi * 2
@@ -364,12 +394,13 @@ def build(variant: str, tokenizer, fr: Frame, haystack: Haystack, length: int, s
         lo, hi = (mid, hi) if size(mid) <= budget else (lo, mid)
     ids = _ids(tokenizer, fr, text(lo))
     return Prompt(tuple(ids), (s.answer,), MAX_NEW_TOKENS,
-                  extra={"question": s.question, "facts": list(s.facts), "background_sentences": lo})  # fmt: skip
+                  extra={"question": s.question, "facts": list(s.facts), "background_sentences": lo,
+                         "context_tokens": len(encode(tokenizer, context(lo)))})  # fmt: skip
 
 
-def from_record(variant: str, tokenizer, fr: Frame, record: dict) -> Prompt:
+def from_record(variant: str, tokenizer, fr: Frame, record: dict, prompts: str = "current") -> Prompt:
     """A prompt of a published row (``input``, ``question``, ``target``), as BABILong formats it."""
-    ids = _ids(tokenizer, fr, formatted(variant, record["input"], record["question"]))
+    ids = _ids(tokenizer, fr, formatted(variant, record["input"], record["question"], prompts))
     return Prompt(tuple(ids), (record["target"],), MAX_NEW_TOKENS, extra={"question": record["question"]})
 
 
@@ -388,7 +419,7 @@ def read_records(raw: bytes, where: str) -> list[dict]:
     if not text.strip():
         raise BadRecords(f"{where} is empty")
     try:
-        rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = json_rows(text)
     except ValueError as exc:
         raise BadRecords(f"{where} is not JSON or JSON lines ({str(exc)[:80]})") from None
     if isinstance(rows, dict) or not rows:

@@ -14,7 +14,8 @@ budgets ``src/eval_utils.py``). No model and no torch here.
 ``kv_retrieval`` (Retrieve.KV)
     A JSON object of ``N`` pairs of random UUID strings (the source's keys file, from Liu et al.'s
     "Lost in the middle" kv task, holds ``str(uuid4())`` pairs), written as the source writes it
-    (``{"k": "v", "k": "v"}``), then the asked key; scored as the source does: the output with
+    (``{"k": "v", "k": "v"}``), then the asked key as the source's input (``"\\nKey: ..."``, so three
+    newlines follow the object in the template); scored as the source does: the output with
     ``\\n : " ' . , ? ! { }`` turned into spaces, split into words, must hold the value. 50 new tokens.
 
 Prompt: InfiniteBench's template for open models (``yarn_mistral_templates``, the one its
@@ -25,8 +26,9 @@ template wraps the text before the answer prefix (ctxbench's ``--chat``).
 Length: InfiniteBench fixes ``N`` per target length (2610 noise lines for 64k, 928 pairs); here
 ``N`` is the largest count whose whole prompt plus the task's new tokens fits within the length
 (RULER's accounting), found by bisection on the tokenised prompt. Placement: the source spreads
-``j`` evenly over ``0..N`` (number_string) and asks the pair at a shuffled index tied to its sample
-number (kv_retrieval); here trial ``t`` draws ``j`` (and the asked pair) uniformly from a generator
+``j`` evenly over ``0..N`` (number_string) and asks, in its shuffled object, the pair at index
+``int(cnt * N / 500)`` of sample ``cnt`` (kv_retrieval, since commit 89b7855 of 2023-12-01; before,
+``(cnt // 16) * 16``, which reached only the first 53% of the object at 64k); here trial ``t`` draws ``j`` (and the asked pair) uniformly from a generator
 seeded by (task, seed, length, trial), so every method sees the same prompts.
 """
 
@@ -45,7 +47,7 @@ NUMBER_INSTRUCTION = "There is an important info hidden inside a lot of irreleva
 NUMBER_QUESTION = "What is the sequence of digits?"
 NUMBER_PREFIX = "\n\nThe sequence of digits is"
 KV_INSTRUCTION = "Extract the value corresponding to the specified key in the JSON object below."
-KV_QUESTION = 'Key: "{key}"\nThe value associated with the specified key is: '
+KV_QUESTION = '\nKey: "{key}"\nThe value associated with the specified key is: '  # construct_synthetic_dataset.py: the input starts with a newline
 MAX_NEW_TOKENS = {"number_string": 12, "kv_retrieval": 50}  # eval_utils.py DATA_NAME_TO_MAX_NEW_TOKENS
 TEMPLATE = "{instruction}\n\n{context}\n\n{input}"  # prompt.py yarn_mistral_templates
 

@@ -1,25 +1,31 @@
-"""LongBench v2 (Bai et al., 2024, arXiv 2412.15204; THUDM/LongBench ``pred.py``, ``prompts/0shot.txt``):
-503 multiple-choice questions over long real documents, in three length buckets. No model, no torch.
+"""LongBench v2 (Bai et al., 2024, arXiv 2412.15204): 503 multiple-choice questions over long real
+documents, in three length buckets. No model, no torch. Two references, one per ``--template``:
+
+- ``longbench``: THUDM/LongBench ``pred.py`` and ``prompts/0shot.txt`` (commit 2e00731,
+  2025-01-15): the zero-shot template (:data:`TEMPLATE`, :func:`prompt_text`), the prompt's tokens
+  (``tokenizer.encode``: BOS included where the tokenizer adds one) cut in the middle when over
+  the length (``ids[:n // 2] + ids[-n // 2:]``, :func:`truncate_middle`) and decoded back to text,
+  which the model's chat template then wraps; the chat wrapper and the 128 new tokens are not
+  counted. ``extract_answer`` reads "The correct answer is (X)".
+- ``lm-eval``: lm-evaluation-harness's ``longbench2`` task (``lm_eval/tasks/longbench2/
+  _longbench_common_yaml``, unchanged since ad506a1; checked at 0.4.13.dev0, 4e7e0d4): ``doc_to_text`` (:data:`LMEVAL_TEMPLATE`,
+  :func:`lmeval_text`: context and choices as they are, the question stripped, ``Answer:`` last),
+  choices ``A``-``D`` scored as the continuations `` A`` .. `` D`` (``target_delimiter`` " "),
+  ``TemplateLM._encode_pair`` (the whole text encoded, the context's tokens split off), and
+  ``HFLM._loglikelihood_tokens``' left truncation (the last ``max_length + 1`` tokens of context
+  and continuation, the last one not fed), raw text, no chat template.
 
 Items: a JSON list or JSON lines, each with ``question``, ``context``, ``answer`` (one of A-D),
 ``length`` (``short``, ``medium`` or ``long``) and the four choices either as ``choice_A`` ..
 ``choice_D`` (the hub's ``THUDM/LongBench-v2``) or a ``choices`` list of four.
-
-Prompt: the official zero-shot template (:data:`TEMPLATE`). Longer than the length, the prompt's
-tokens are cut in the middle as ``pred.py`` does (``ids[:n // 2] + ids[-n // 2:]``).
-
-Scoring, two modes: ``generate`` decodes and extracts the letter as ``pred.py``'s
-``extract_answer`` does ("The correct answer is (X)", then "The correct answer is X", after
-removing ``*``); ``mc`` scores the four letters' log-likelihood after the prompt and the answer
-prefix ``The correct answer is (`` (lm-evaluation-harness's multiple-choice formulation: prefill
-only) and picks the most likely.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
+
+from ctxbench.parsing import json_rows
 
 LETTERS = ("A", "B", "C", "D")
 BUCKETS = ("short", "medium", "long")
@@ -27,6 +33,11 @@ TEMPLATE = ("Please read the following text and answer the question below.\n\n<t
             "What is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n(C) $C_C$\n(D) $C_D$\n\n"
             "Format your response as follows: \"The correct answer is (insert answer here)\".")  # fmt: skip
 MC_PREFIX = "The correct answer is ("
+RAW_GLUE = "\n"  # --template longbench --no-chat --mode mc: the answer prefix starts a line after pred.py's prompt
+# lm_eval/tasks/longbench2/_longbench_common_yaml doc_to_text (jinja), in Python's format syntax
+LMEVAL_TEMPLATE = ("Please read the following text and answer the question below.\n\n<text>\n{context}\n</text>\n\n"
+                   "What is the correct answer to this question: {question}\nChoices:\n(A) {a}\n(B) {b}\n(C) {c}\n(D) {d}\n\nAnswer:")  # fmt: skip
+LMEVAL_DELIMITER = " "  # lm-eval's default target_delimiter: the continuation is " A"
 MAX_NEW_TOKENS = 128  # pred.py, without chain of thought
 
 
@@ -52,7 +63,7 @@ def read_items(raw: bytes, where: str) -> list[Item]:
     if not text.strip():
         raise BadItems(f"{where} is empty")
     try:
-        rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = json_rows(text)
     except ValueError as exc:
         raise BadItems(f"{where} is not JSON or JSON lines ({str(exc)[:80]})") from None
     if not isinstance(rows, list) or not rows:
@@ -92,13 +103,29 @@ def prompt_text(item: Item) -> str:
             .replace("$C_C$", item.choices[2].strip()).replace("$C_D$", item.choices[3].strip()))  # fmt: skip
 
 
+def lmeval_text(item: Item) -> str:
+    """lm-eval's ``doc_to_text``: the context and the choices as they are, the question stripped."""
+    a, b, c, d = item.choices
+    return LMEVAL_TEMPLATE.format(context=item.context, question=item.question.strip(), a=a, b=b, c=c, d=d)
+
+
 def truncate_middle(ids: list[int], most: int) -> tuple[list[int], int]:
-    """``pred.py``: a prompt over ``most`` tokens keeps its first and last ``most // 2``; the
-    tokens cut are returned with it."""
+    """``pred.py``: a prompt over ``most`` tokens keeps ``ids[:most // 2] + ids[-most // 2:]``
+    (``-most // 2`` is ``(-most) // 2``: an odd ``most`` keeps one more token at the end, ``most``
+    in all); the tokens cut are returned with it."""
     if len(ids) <= most:
         return ids, 0
-    kept = ids[: most // 2] + ids[-(most // 2):]
+    kept = ids[: most // 2] + ids[-most // 2 :]
     return kept, len(ids) - len(kept)
+
+
+def truncate_left(context: list[int], continuation: list[int], most: int) -> tuple[list[int], int]:
+    """lm-eval ``HFLM._loglikelihood_tokens``: of ``context + continuation`` the last ``most + 1``
+    tokens are kept and the last one is not fed, so the model reads at most ``most`` tokens; the
+    context the continuation is scored after, and the context's tokens cut."""
+    kept = (context + continuation)[-(most + 1) :]
+    prefix = kept[: len(kept) - len(continuation)]
+    return prefix, len(context) - len(prefix)
 
 
 def extract_answer(response: str) -> str | None:

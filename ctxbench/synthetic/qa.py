@@ -24,12 +24,22 @@ as RULER's ``random.Random(random_seed).shuffle``: the permutation depends only 
 here on seed, variant and length), so trials with the same document count put their gold
 document(s) at the same numbers.
 
-Length (RULER's accounting): ``n`` is the largest count for which the prompt's tokens plus the
-32 tokens RULER generates for qa fit within the length, found by a binary search (bracketed
-around an estimate from the characters per token of the smallest prompt); the count below it
-fits and the one above it was tried and does not. Trial ``t`` asks question ``t`` of the file
-(RULER's sample ``index``); the distractors come from a generator seeded by (variant, seed,
-length, trial), so every method sees identical prompts.
+Length (RULER's accounting: the prompt's tokens plus the 32 tokens RULER generates for qa within
+the length), two ways of picking the document count (``doc_count``):
+
+- ``ruler`` (:class:`RulerStream`, NVIDIA/RULER ``scripts/data/synthetic/qa.py`` at c3f5e3b): one
+  count for the cell, found by RULER's binary search on sample 0 (between 10 and three times the
+  length over the tokens per document of a 10-document prompt), each sample stepping down by 10
+  documents while it does not fit; the distractors drawn from one generator seeded by the run's
+  seed alone and shared by the cell's samples in order (RULER's ``random.seed(random_seed)``, so
+  trial ``t``'s documents depend on the draws before it), each list shuffled by
+  ``random.Random(seed)``. Trial ``t`` is RULER's sample ``t``: ``--seed 42`` gives RULER's prompts.
+- ``largest`` (:func:`build_qa`; ctxbench's rule before ``--doc-count``): per trial the largest
+  count that fits, found by a binary search (bracketed around an estimate from the characters per
+  token of the smallest prompt); the distractors come from a generator seeded by (variant, seed,
+  length, trial) and the order from one seeded by (variant, seed, length).
+
+Trial ``t`` asks question ``t`` of the file (RULER's sample ``index``); every method sees identical prompts.
 """
 
 from __future__ import annotations
@@ -492,6 +502,92 @@ def _gold_positions(tokenizer, fr: Frame, text: str, order: list[int], q: Questi
         j = next((k for k, (a, _) in enumerate(offsets) if a >= s), len(offsets))
         out.append(len(fr.head) + j)
     return tuple(out)
+
+
+RULER_STEP = 10  # qa.py generate_samples' ``incremental``: the search's floor and each sample's step down
+
+
+class RulerStream:
+    """RULER's samples of one (variant, length, seed), in order (``qa.py`` ``generate_samples``):
+    :meth:`prompt` builds sample ``t`` and every one before it (their draws come first)."""
+
+    def __init__(self, data: QAData, tokenizer, length: int, seed: int, fr: Frame) -> None:
+        self.data, self.tokenizer, self.length, self.seed, self.fr = data, tokenizer, length, seed, fr
+        self.rng = random.Random(seed)  # RULER: random.seed(args.random_seed), the module's one stream
+        self.prompts: list[SyntheticPrompt] = []
+        self.count: int | None = None
+
+    def documents(self, index: int, num_docs: int) -> list[int]:
+        """``generate_input_output``'s documents (indices into ``data.docs``, in prompt order); the
+        draws are RULER's, on the shared stream."""
+        q, total = self.data.questions[index], len(self.data.docs)
+        gold, more = list(q.gold), list(q.more)
+        if num_docs < total:
+            if num_docs - len(gold) > len(more):
+                excluded = set(gold + more)
+                addition = [i for i in range(total) if i not in excluded]
+                chosen = gold + more + self.rng.sample(addition, max(0, num_docs - len(gold) - len(more)))
+            else:
+                chosen = gold + self.rng.sample(more, num_docs - len(gold))  # a negative count raises, as RULER's does
+        else:
+            chosen = (list(range(total)) * -(-num_docs // total))[:num_docs]
+        random.Random(self.seed).shuffle(chosen)
+        return chosen
+
+    def _ids(self, index: int, order: list[int]) -> tuple[list[int], str]:
+        q = self.data.questions[index]
+        text = task_text([self.data.docs[i] for i in order], q.query) + self.fr.between + ANSWER_PREFIX
+        return list(self.fr.head) + encode(self.tokenizer, text), text
+
+    def _search(self) -> int:
+        """The cell's count: RULER's binary search on sample 0."""
+        ids, _ = self._ids(0, self.documents(0, RULER_STEP))
+        per_doc = len(ids) / RULER_STEP
+        lo, hi = RULER_STEP, max(int((self.length / per_doc) * 3), RULER_STEP * 2)
+        best = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            ids, _ = self._ids(0, self.documents(0, mid))
+            if len(ids) + TOKENS_TO_GENERATE <= self.length:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return best if best is not None else RULER_STEP
+
+    def prompt(self, trial: int) -> SyntheticPrompt:
+        if not 0 <= trial < len(self.data.questions):
+            raise UserError(f"trial {trial} asks question {trial + 1} but {self.data.name} has {len(self.data.questions)} answerable questions",
+                            f"use --trials {len(self.data.questions)} or fewer")  # fmt: skip
+        with _quiet_long(self.tokenizer):
+            if self.count is None:
+                self.count = self._search()
+            while len(self.prompts) <= trial:
+                self.prompts.append(self._sample(len(self.prompts)))
+        return self.prompts[trial]
+
+    def _sample(self, index: int) -> SyntheticPrompt:
+        used, q = self.count, self.data.questions[index]
+        while True:  # RULER: try the count, step down by 10 while it does not fit
+            try:
+                order = self.documents(index, used)
+                ids, text = self._ids(index, order)
+                if len(ids) + TOKENS_TO_GENERATE <= self.length:
+                    break
+            except ValueError:  # fewer documents than the question's gold ones
+                pass
+            if used > RULER_STEP:
+                used -= RULER_STEP
+            elif used > len(q.gold):  # RULER retries 10 documents forever here; ctxbench steps down one at a time
+                used -= 1
+            else:
+                need = len(self._ids(index, list(q.gold))[0]) + TOKENS_TO_GENERATE
+                raise TooShort(f"RULER {self.data.variant}", self.length, max(need, self.length + 1))
+        return SyntheticPrompt(
+            ids=tuple(ids), answers=q.answers, max_new_tokens=TOKENS_TO_GENERATE, metric=METRIC,
+            needle_positions=_gold_positions(self.tokenizer, self.fr, text, order, q, self.data), shared_len=0,
+            extra=dict(doc_ids=order, docs=len(order), gold_docs=[i + 1 for i, d in enumerate(order) if d in q.gold],
+                       question=index, cell_docs=self.count),
+        )  # fmt: skip
 
 
 def parse_spec(value) -> tuple[tuple[str, str], ...]:

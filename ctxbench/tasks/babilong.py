@@ -9,18 +9,29 @@ BABILong's official strict one (the answer must be the only label the output nam
 variant; trial ``t`` is row ``t``, and the rows' own context is used whatever the ``--len`` (the
 cell's length then names the file's length configuration; ``tokens`` on each row says what ran).
 Nothing is downloaded: export a config of the hub's ``RMT-team/babilong`` once with ``datasets``.
+With ``--data`` every row runs by default (``--trials all``).
+
+``--prompts current|2024-05`` picks the version of BABILong's prompts (default ``current``, the
+upstream text now); ``--length-of context|prompt`` what ``--len`` measures (default ``context``,
+BABILong's own: the context is the length, the instruction and question on top; ``prompt``: the
+whole prompt plus the 20 new tokens, RULER's accounting). Both are part of the cell identity; rows
+written before them read as ``2024-05`` and ``prompt``, what those runs used.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
-from ctxbench.errors import UserError
+from ctxbench.errors import UserError, unknown
 from ctxbench.synthetic import babilong as bl
-from ctxbench.tasks.base import Option
+from ctxbench.tasks import generated
+from ctxbench.tasks.base import Option, Reference
 from ctxbench.tasks.generated import Spec, generated_task
+from ctxbench.tasks.options import text_parser
+from ctxbench.tasks.trials import ALL
 
 NAME = "babilong"
 HUB_HINT = ("export BABILong's rows once, e.g. python -c \"import datasets; datasets.load_dataset('RMT-team/babilong', '4k')['qa1']"
@@ -30,13 +41,33 @@ HUB_HINT = ("export BABILong's rows once, e.g. python -c \"import datasets; data
 def _haystack(value) -> str:
     from ctxbench.tasks.ruler import haystack_of
 
-    text = str(value)
+    text = text_parser("--haystack", 'haystack = "essays"')(value)
     haystack_of(None if text == "pydoc" else text)  # fails here, before any model loads
     return text
 
 
-def _data(value) -> str:
-    return str(value).strip()
+_data = text_parser("--data", 'data = "qa1.jsonl"')
+
+
+def _choice(flag: str, choices: tuple[str, ...]):
+    def parse(value) -> str:
+        text = str(value).strip()
+        if text not in choices:
+            raise unknown(flag, text, choices)
+        return text
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Settings(generated.Settings):
+    trials: int | str | None = None  # None: every row (all) with --data, else 4
+    prompts: str = "current"
+    length_of: str = "context"
+
+    def __post_init__(self) -> None:
+        if self.trials is None:  # a default that depends on --data: decided once, here, so every reader sees it
+            object.__setattr__(self, "trials", ALL if self.data else 4)
 
 
 def _file_of(spec: str, variant: str) -> Path:
@@ -79,25 +110,61 @@ def _load(settings):
             raise UserError(f"one --data file for {len(variants)} variants ({', '.join(variants)})",
                             "pick one with --variant, or give a directory holding qa1.jsonl ... qa5.jsonl")  # fmt: skip
         data = {v: rows_of(settings.data, v) for v in variants}
-        from ctxbench.tasks.trials import most_trials
+        from ctxbench.tasks.trials import fewer_trials, most_trials, trials_said
 
         for v, rows in data.items():
-            if most_trials(settings) > len(rows):
-                raise UserError(f"--trials {most_trials(settings)} is more than the {len(rows)} rows of --data for {v}",
-                                f"use --trials {len(rows)} or fewer")  # fmt: skip
+            if settings.trials != ALL and most_trials(settings) > len(rows):
+                raise UserError(f"{trials_said(settings)} is more than the {len(rows)} rows of --data for {v}",
+                                fewer_trials(settings, len(rows)))  # fmt: skip
         digest = hashlib.sha256(repr(sorted((v, r) for v, rows in data.items() for r in map(lambda x: tuple(sorted(x.items())), rows))).encode()).hexdigest()[:16]
-        return f"babilong:{path.name}", {"data": digest}, {"rows": data}, [f"{v}: {len(r)} published rows" for v, r in data.items()]
+        return (f"babilong:{path.name}", {"data": digest}, {"rows": data, "prompts": settings.prompts},
+                [f"{v}: {len(r)} published rows" for v, r in data.items()])  # fmt: skip
     from ctxbench.tasks.ruler import haystack_of
 
     haystack = haystack_of(None if settings.haystack in (None, "pydoc") else settings.haystack)
     fields = {"generator": "babilong-qa1-qa5/1", "haystack": haystack.digest}
-    return f"babilong:{haystack.name}", fields, {"haystack": haystack}, []
+    return f"babilong:{haystack.name}", fields, {"haystack": haystack, "prompts": settings.prompts, "length_of": settings.length_of}, []
+
+
+# How far a published row's context may be from the cell's --len: BABILong's configurations are
+# counted in another tokenizer (a "4k" row is 3-5k tokens in most), a neighbouring one is 2x away.
+LENGTH_SLACK = 1.5
 
 
 def _build(tokenizer, fr, variant, length, seed, trial, state):
     if "rows" in state:
-        return bl.from_record(variant, tokenizer, fr, state["rows"][variant][trial])
-    return bl.build(variant, tokenizer, fr, state["haystack"], length, seed, trial)
+        record = state["rows"][variant][trial]
+        _check_row_length(tokenizer, record, variant, length, trial)
+        return bl.from_record(variant, tokenizer, fr, record, state["prompts"])
+    return bl.build(variant, tokenizer, fr, state["haystack"], length, seed, trial, state["prompts"], state["length_of"])
+
+
+def _check_row_length(tokenizer, record: dict, variant: str, length: int, trial: int) -> None:
+    """A published row whose context is far from ``--len`` (more than :data:`LENGTH_SLACK` x off:
+    another of BABILong's length configurations) would be recorded as a cell of a length it is not:
+    one line naming the row, its tokens and the --len to give instead."""
+    from ctxbench.parsing import len_label
+
+    tokens = len(tokenizer(record["input"], add_special_tokens=False)["input_ids"])
+    if not length / LENGTH_SLACK <= max(tokens, 1) <= length * LENGTH_SLACK:
+        raise UserError(f"--data row {trial} of {variant} holds {tokens:,} tokens of context, far from --len {len_label(length)} "
+                        f"({length:,}): rows of another of BABILong's length configurations",
+                        f"pass --len {len_label(max(tokens, 1))} for these rows, or the rows of the {len_label(length)} configuration")  # fmt: skip
+
+
+def _items(settings) -> dict[str, int]:
+    """{variant: published rows} under ``--data`` (``--trials all`` runs each of them)."""
+    from ctxbench.tasks.generated import _variants
+
+    return {v: len(rows_of(settings.data, v)) for v in _variants(SPEC, settings)} if settings.data else {}
+
+
+def _forward(settings, length: int) -> int:
+    """A prompt's rough tokens at ``length``: the context is the length, the instruction, examples
+    and question come on top (about 4 characters a token), under ``--length-of context``."""
+    if settings.length_of == "prompt" and not settings.data:
+        return length - bl.MAX_NEW_TOKENS
+    return length + len(bl.formatted("qa5", "", "Who gave the football?", settings.prompts)) // 4
 
 
 def _strict(text, p):
@@ -113,7 +180,7 @@ def _build_tagged(tokenizer, fr, variant, length, seed, trial, state):
 
 SPEC = Spec(name=NAME, variants=bl.VARIANTS, default_variants=bl.VARIANTS, build=_build_tagged, load=_load, chat="model",
             scorers={"strict": _strict, "lenient": lambda text, p: bl.lenient(text, p.answers[0])},
-            max_new_tokens=bl.MAX_NEW_TOKENS)  # fmt: skip
+            max_new_tokens=bl.MAX_NEW_TOKENS, items=_items, forward=_forward)  # fmt: skip
 
 OPTIONS = (
     Option("haystack", "background text of generated prompts: pydoc (the running Python's prose, default), essays (RULER's Paul "
@@ -122,7 +189,33 @@ OPTIONS = (
     Option("data", "BABILong's published rows instead of generated prompts: a JSON/JSONL file of {input, question, target} for "
            "the one --variant run, or a directory of qa1.jsonl ... qa5.jsonl; their digest is on every row", _data,
            metavar="PATH", identity=False),  # fmt: skip
+    Option("prompts", "the version of BABILong's prompts: current (booydar/babilong prompts.py now: blank lines between "
+           "sections, five strings fixed, the context stripped; default) or 2024-05 (its first version, every run before "
+           "--prompts)", _choice("--prompts", bl.PROMPT_VERSIONS)),  # fmt: skip
+    Option("length_of", "what --len measures: context (BABILong's own: the facts and background text are the length, the "
+           "instruction and question on top; default) or prompt (the whole prompt plus the 20 new tokens, RULER's "
+           "accounting, every run before --length-of)", _choice("--length-of", bl.LENGTH_OF)),  # fmt: skip
+)
+
+REFERENCES = (
+    Reference("prompts", "current", "booydar/babilong `babilong/prompts.py` (`DEFAULT_TEMPLATE`, `DEFAULT_PROMPTS`, "
+              "`get_formatted_input`), `babilong/metrics.py`, `babilong_utils.py`", "commit 7a6efee (2026-06-01; prompts.py last changed in ffa075f, 2024-08-21)",
+              "the template, the qa1-qa5 instructions, examples and post prompts byte for byte, the context stripped; the "
+              "strict scorer (`compare_answers`); 20 new tokens; the context (facts and background) is the length "
+              "(`--length-of context`); with `--data`, every published row (`--trials all`). Token-exact in tests",
+              "generated stories: ctxbench's bAbI-style generator and a haystack of your choice (BABILong: bAbI's stories "
+              "in PG-19); whole background sentences up to the length (BABILong cuts the last sentence's tokens to hit "
+              "it exactly); BABILong's optional system prompt is not sent",
+              "the defaults; `--data` with BABILong's published rows for its stories", default=True),
+    Reference("prompts", "2024-05", "booydar/babilong `babilong/prompts.py`", "commit d796183 (2024-05-15)",
+              "the first version of the template and prompts (no blank lines between sections, the context unstripped, "
+              "`$location_1&` and `bedroom.Mary` as they were). Token-exact in tests",
+              "superseded upstream by five fixes and the blank lines; kept so that runs before `--prompts` can be "
+              "repeated (`--length-of prompt` then gives their lengths)",
+              "`--prompts 2024-05 --length-of prompt` (what every run before these options used)"),
 )
 
 TASK = generated_task(SPEC, "BABILong qa1-qa5: bAbI facts hidden in background prose (generated offline, or --data the published rows), "
-                      "scored strictly (official) and leniently (lm-eval), x lengths x methods.", OPTIONS)
+                      "scored strictly (official) and leniently (lm-eval), x lengths x methods.", OPTIONS, settings=Settings,
+                      trials_default="4; all with --data", references=REFERENCES,
+                      legacy_options=lambda record: {**TASK.default_identity(), "prompts": "2024-05", "length_of": "prompt"})  # fmt: skip

@@ -27,7 +27,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -84,6 +84,26 @@ class Option:
     @property
     def cli_flag(self) -> str:
         return self.flag or "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One reference mode of a task: the upstream code one value of one of its options holds it
+    to, for the docs' table (generated from these, so it cannot drift) and for people.
+
+    ``option``/``value``: the task option and the value that selects the mode (``option`` ""
+    when the task has only this mode); ``source``: the upstream files; ``version``: the commit
+    or release checked; ``same``: what is the same (and held by a token-exact test); ``differs``:
+    what still differs, and why; ``how``: how a user gets the reference's behaviour."""
+
+    option: str
+    value: str
+    source: str
+    version: str
+    same: str
+    differs: str
+    how: str
+    default: bool = False
 
 
 @dataclass(frozen=True)
@@ -213,6 +233,13 @@ class Task:
     trials: Callable | None = None
     # settings -> cheaper settings (smaller chunks) to retry a group that ran out of memory cell by cell.
     shrink: Callable | None = None
+    # (lm, ctx, settings, cell, trial) -> the token ids of that trial's prompt, exactly as ``run_group``
+    # builds them (``ctxbench show-prompt``; None: the task does not rebuild a trial's prompt on its own).
+    prompt: Callable | None = None
+    # the reference modes it declares (`Reference`): the docs' "same as the reference" table is generated from them
+    references: tuple = ()
+    # settings -> {variant: items of its data} for ``--trials all`` (a task over a dataset: every item runs)
+    items: Callable | None = None
     # metric -> the values it can take (`Domain`); every reader refuses a row outside them
     # (`check_records`). ``X_lo``/``X_hi`` rows take ``X``'s domain and must hold ``X``.
     domains: dict = field(default_factory=dict)
@@ -221,8 +248,12 @@ class Task:
         """``settings`` with every model-dependent default decided (see ``settle``)."""
         return self.settle(lm, settings) if self.settle is not None else settings
 
-    def trials_asked(self, settings) -> int:
-        """The numbered trials each cell of ``settings`` asks for; 0 when the task has none."""
+    def trials_asked(self, settings, cell=None) -> int:
+        """The numbered trials each cell of ``settings`` asks for (``cell``: that cell's, which under
+        ``--trials all`` is its variant's item count); 0 when the task has none."""
+        if getattr(settings, "trials", None) == "all" and self.items is not None:
+            counts = self.items(settings)
+            return counts.get(cell.variant, 0) if cell is not None else max(counts.values(), default=0)
         return self.trials(settings) if self.trials is not None else 0
 
     def shrunk(self, settings):
@@ -249,6 +280,19 @@ class Task:
 
     def _defaults(self) -> dict:
         return {f.name: f.default for f in dataclasses.fields(self.settings) if f.default is not dataclasses.MISSING}
+
+
+def reference_table(task: Task) -> str:
+    """The markdown table of ``task``'s reference modes (`Reference`), as the docs print it (a cog
+    block per task page, and a test that fails when a page's copy is stale)."""
+    flags = {o.name: o.cli_flag for o in task.options}
+    rows = ["| mode | reference | version checked | the same | what differs | to get the reference's behaviour |",
+            "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for r in task.references:
+        mode = f"`{flags.get(r.option, r.option)} {r.value}`" if r.option else "the one mode"
+        mode += " (default)" if r.default and r.option else ""
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in (mode, r.source, r.version, r.same, r.differs, r.how)) + " |")
+    return "\n".join(rows)
 
 
 def _plain(value):
@@ -422,6 +466,47 @@ def _short(text: str, most: int = 40) -> str:
     return short(text, most)
 
 
+def _ok_rows(records: Iterable[dict], tasks: dict | None) -> Iterator[tuple[dict, dict]]:
+    """Each ``ok`` row with its task's domains (looked up once a task): rows that are not ``ok`` are
+    read by no reader, so no check judges them."""
+    by_task: dict[str, dict] = {}
+    for r in records:
+        if r.get("status", "ok") != "ok":
+            continue
+        task = r.get("task", "")
+        domains = by_task.get(task)
+        if domains is None:
+            domains = by_task[task] = domains_of(task, tasks)
+        yield r, domains
+
+
+def check_numbers(records: Iterable[dict], tasks: dict | None, where: str = "") -> None:
+    """Refuse an ``ok`` row of a metric with a domain whose value is no number (empty, text, a
+    decimal comma), naming the file and the cell: what ``report`` and ``rank`` show as tables, where
+    such a value would read as a gap (``—``) in a table that looks whole. ``compare`` judges it
+    itself (the cell fails the gate, named), so this is the display readers' check."""
+    from ctxbench.errors import UserError
+
+    for r, domains in _ok_rows(records, tasks):
+        metric = r.get("metric", "")
+        if metric in domains or (metric[-3:] in ("_lo", "_hi") and metric[:-3] in domains):
+            why = _not_a_number(metric, r.get("value"))
+            if why:
+                raise UserError(f"{where}{cell_text(r)}: {why}", DOMAIN_FIX)
+
+
+def _not_a_number(name: str, raw) -> str:
+    """Why a value is no number (empty, text, a decimal comma), or ``""``."""
+    if raw is None or raw == "":
+        return f"{name} is empty (an ok row always holds its number)"
+    try:
+        float(raw)
+    except (TypeError, ValueError):
+        comma = " (a decimal comma? ctxbench writes 0.5)" if re.fullmatch(r"-?\d+,\d+", str(raw).strip()) else ""
+        return f"{name} {_short(repr(raw))} is not a number{comma}"
+    return ""
+
+
 def _outside(name: str, raw, d: Domain) -> str:
     """``name raw is outside d (meaning)`` when ``raw`` is a number (not NaN) outside ``d``, else ``""``."""
     if raw is None or raw == "":
@@ -459,15 +544,8 @@ def check_records(records: Iterable[dict], tasks: dict | None, where: str = "") 
     message (the file). One pass; a row's ``extra`` is parsed only when it may hold a number."""
     from ctxbench.errors import UserError
 
-    by_task: dict[str, dict] = {}
     intervals: dict[tuple, dict[str, tuple[float, dict]]] = {}
-    for r in records:
-        if r.get("status", "ok") != "ok":
-            continue
-        task = r.get("task", "")
-        domains = by_task.get(task)
-        if domains is None:
-            domains = by_task[task] = domains_of(task, tasks)
+    for r, domains in _ok_rows(records, tasks):
         reason = domain_reason(r, tasks, domains)
         if reason:
             raise UserError(f"{where}{cell_text(r)}: {reason}", DOMAIN_FIX)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, Schema, cache_root, digest, discard, ignored, write_atomic
-from ctxbench.parsing import NotAFile, decode_text, refuse_wide, regular_size
+from ctxbench.parsing import NotAFile, decode_text, json_rows, refuse_wide, regular_size, short
 
 if TYPE_CHECKING:
     import torch
@@ -90,11 +90,13 @@ def _read_local(path: Path, text_column: str) -> tuple[list[str], list[str]]:
     if path.suffix in (".txt", ".md"):
         return [path.name], [raw.decode("utf-8", errors="replace")]
     if path.suffix in (".jsonl", ".json"):
-        lines = decode_text(raw, f"dataset file '{path}'", "give UTF-8 JSON lines").splitlines()
+        text = decode_text(raw, f"dataset file '{path}'", "give UTF-8 JSON lines")
         try:
-            records = [json.loads(line) for line in lines if line.strip()]
+            records = json_rows(text)
         except ValueError as exc:
-            raise UserError(f"'{path}' is not valid JSON lines ({exc})", "write one JSON object per line") from None
+            raise UserError(f"'{path}' is not valid JSON or JSON lines ({exc})", "write one JSON object per line") from None
+        if isinstance(records, dict):
+            records = [records]
         if records and not isinstance(records[0], dict):
             raise UserError(f"'{path}' lines are not JSON objects", f"write one object per line with a '{text_column}' field")
         texts = _records_texts(path, records, text_column)
@@ -102,7 +104,11 @@ def _read_local(path: Path, text_column: str) -> tuple[list[str], list[str]]:
     if path.suffix == ".parquet":
         import pandas as pd
 
-        frame = pd.read_parquet(path)
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow's ArrowInvalid / OSError for a damaged or cut-short file
+            raise UserError(f"dataset file '{path}' is not a readable Parquet file ({short(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 120)})",
+                            "copy it again (compare its size with the source), or convert the data to .jsonl") from None  # fmt: skip
         if text_column not in frame.columns:
             raise UserError(
                 f"'{path}' has no text column '{text_column}' (columns: {', '.join(map(str, frame.columns[:10]))})",
@@ -138,12 +144,19 @@ def load_corpus(dataset: str | None = None, split: str = "test", text_column: st
     return _hub_corpus(dataset, split, text_column)
 
 
+def is_local_dataset(dataset: str | None) -> bool:
+    """Whether ``dataset`` is read from this machine (the built-in corpus, a file or a folder), not a hub."""
+    if dataset in (None, "", BUILTIN):
+        return True
+    if dataset in HUB_ALIASES:
+        return False
+    path = Path(dataset).expanduser()
+    return path.exists() or path.suffix in LOCAL_SUFFIXES or dataset.startswith((".", "/", "~"))
+
+
 def check_local_dataset(dataset: str | None, text_column: str = "text") -> None:
     """Raise the same errors as :func:`load_corpus` for a local dataset, without a model loaded."""
-    if dataset in (None, "", BUILTIN) or dataset in HUB_ALIASES:
-        return
-    path = Path(dataset).expanduser()
-    if path.exists() or path.suffix in LOCAL_SUFFIXES or dataset.startswith((".", "/", "~")):
+    if dataset not in (None, "", BUILTIN) and is_local_dataset(dataset):
         load_corpus(dataset, text_column=text_column)
 
 

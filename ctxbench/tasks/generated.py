@@ -33,7 +33,7 @@ from ctxbench.tasks.common import (
     trials_options,
     variants_parser,
 )
-from ctxbench.tasks.trials import numbered_trials
+from ctxbench.tasks.trials import ALL, numbered_trials
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,9 @@ class Spec:
     ``scorers``: name -> ``(output text, prompt) -> 0 or 1``, the first the headline;
     ``load(settings) -> (dataset, data digest fields, state, notes)`` the data the prompts come
     from (generated: only their recipe); ``chat``: the default of ``--chat`` (``"model"``: the
-    model's chat template when its tokenizer ships one)."""
+    model's chat template when its tokenizer ships one); ``items(settings) -> {variant: count}``:
+    the items of a task's data (``--trials all``); ``forward(settings, length) -> tokens``: a
+    prompt's rough size at ``length`` for plans (default ``length - max_new_tokens``)."""
 
     name: str
     variants: tuple[str, ...]
@@ -75,6 +77,8 @@ class Spec:
     load: Callable
     chat: bool | str = False
     max_new_tokens: int = 32
+    items: Callable | None = None
+    forward: Callable | None = None
 
 
 def chat_help(default: bool | str) -> str:
@@ -82,17 +86,20 @@ def chat_help(default: bool | str) -> str:
     return f"wrap the prompt in the model's chat template (default: {said}); --no-chat for raw prompts"
 
 
-def generated_task(spec: Spec, help: str, extra_options: tuple[Option, ...] = ()) -> Task:  # noqa: A002
+def generated_task(spec: Spec, help: str, extra_options: tuple[Option, ...] = (), settings: type = Settings,  # noqa: A002
+                   trials_default: int | str = 4, **more) -> Task:
+    """The task of ``spec``; ``settings``: a subclass of :class:`Settings` with the task's own
+    fields; ``more``: further :class:`~ctxbench.tasks.base.Task` fields (``references``, ``legacy_options``)."""
     options = []
     if len(spec.variants) > 1:
         options.append(Option("variants", f"comma list of variants ({', '.join(spec.variants)}) or all; default {','.join(spec.default_variants)}",
                               variants_parser(spec.name, spec.variants), flag="--variant", identity=False))  # each variant is a cell  # fmt: skip
-    options += trials_options("trials (prompts drawn from the seed and the trial's number)")
+    options += trials_options("trials (prompts drawn from the seed and the trial's number)", default=trials_default)
     options.append(Option("chat", chat_help(spec.chat), parse_chat, is_flag=True))
     options += list(extra_options)
     domains = {"accuracy": FRACTION, "score": OUTCOME, **{f"accuracy_{s}": FRACTION for s in list(spec.scorers)[1:]}}
     return Task(
-        name=spec.name, help=help, settings=Settings, options=tuple(options),
+        name=spec.name, help=help, settings=settings, options=tuple(options), items=spec.items, **more,
         prepare=partial(prepare, spec), cells=partial(cells, spec), groups=groups, run_group=partial(run_group, spec),
         cost=partial(cost, spec), metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths,
         validate=partial(validate, spec), settle=partial(settle, spec), trials=numbered_trials, domains=domains,
@@ -108,8 +115,13 @@ def settle(spec: Spec, lm, settings: Settings) -> Settings:
 
 def validate(spec: Spec, settings: Settings) -> None:
     """Before any model loads: the trials, and the data the prompts come from."""
-    check_trials(settings)
+    check_trials(settings, items=spec.items is not None and bool(getattr(settings, "data", None)))
     spec.load(settings)
+
+
+def trials_of(spec: Spec, settings: Settings, variant: str) -> int:
+    """The trials a cell of ``variant`` runs: ``--trials N``, or every item of its data (``all``)."""
+    return spec.items(settings)[variant] if settings.trials == ALL else settings.trials
 
 
 def _variants(spec: Spec, settings: Settings) -> tuple[str, ...]:
@@ -155,12 +167,14 @@ def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
 def cost(spec: Spec, settings: Settings, trained_len: int) -> list[CostItem]:
     lengths = settings.lengths or default_lengths(trained_len)
     items = []
-    for _ in _variants(spec, settings):
+    for variant in _variants(spec, settings):
+        k = trials_of(spec, settings, variant) if settings.trials == ALL else most_trials(settings)
         for m in settings.methods:
             for f in factors_for(m, settings.factors):
-                forwards = tuple(max(1, n - spec.max_new_tokens) for n in lengths)  # one forward per trial
-                items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(most_trials(settings),) * len(forwards),
-                                      decode_steps=len(lengths) * most_trials(settings) * spec.max_new_tokens,
+                # one forward per trial
+                forwards = tuple(max(1, spec.forward(settings, n) if spec.forward else n - spec.max_new_tokens) for n in lengths)
+                items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(k,) * len(forwards),
+                                      decode_steps=len(lengths) * k * spec.max_new_tokens,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     return items
 
@@ -179,7 +193,7 @@ def prompts_for(spec: Spec, lm, ctx: Context, variant: str, length: int, trials:
 
 def run_group(spec: Spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     tok = lm.tokenizer
-    prompts = {cell: prompts_for(spec, lm, ctx, cell.variant, cell.length, settings.trials) for cell in group}
+    prompts = {cell: prompts_for(spec, lm, ctx, cell.variant, cell.length, trials_of(spec, settings, cell.variant)) for cell in group}
     new_tokens = max(p.max_new_tokens for ps in prompts.values() for p in ps)
     headline, *others = list(spec.scorers)
 

@@ -8,15 +8,23 @@ only when named. A bad file is one line naming the file, the item and the field,
 loads. The items' digest is every row's ``data_digest``.
 
 Cells are (method, factor, length, bucket): the bucket is the item's ``length`` field (short,
-medium, long; ``--variant``), trial ``t`` the bucket's ``t``-th item in file order. ``--len`` is the
-most tokens a prompt may take with its answer: a longer one is cut in the middle as the official
-``pred.py`` cuts it, and each trial's row records the tokens cut (``extra.truncated``).
+medium, long; ``--variant``), trial ``t`` the bucket's ``t``-th item in file order; by default
+(``--trials all``) every item of the bucket runs, as LongBench v2 reports every item.
+
+``--template`` (part of the cell identity) picks the reference the prompt, its truncation and its
+length accounting are held to (:mod:`ctxbench.synthetic.longbench2`): ``longbench`` (default,
+``pred.py``: ``--len`` is the most tokens of the prompt text, cut in the middle, the chat wrapper
+and the answer not counted) or ``lm-eval`` (lm-evaluation-harness's ``longbench2``: raw text,
+`` A``-`` D`` scored after ``Answer:``, ``--len`` its ``max_length``, cut from the left). Each
+trial's row records the tokens cut (``extra.truncated``). Rows written before ``--template`` read
+as ``template: legacy`` (the earlier mixed prompt) and pair with neither.
 
 ``--mode`` (part of the cell identity): ``mc`` (default) scores the log-likelihood of A, B, C and D
-after the prompt and ``The correct answer is (`` in one prefill per letter sharing the prompt's
-cache (lm-evaluation-harness's formulation; the backend's ``scores``); ``generate`` decodes up to
-128 tokens and extracts the letter as ``pred.py`` does (the backend's ``answers``). Both backends
-serve both calls. Per-trial ``score`` rows (right or wrong) are what paired verdicts pair.
+after the prompt (``longbench``: after ``The correct answer is (``, ctxbench's multiple-choice
+reading of ``pred.py``'s answer format; ``lm-eval``: its own) in one prefill per letter sharing the
+prompt's cache (the backend's ``scores``); ``generate`` (``longbench`` only) decodes up to 128
+tokens and extracts the letter as ``pred.py`` does (the backend's ``answers``). Both backends serve
+both calls. Per-trial ``score`` rows (right or wrong) are what paired verdicts pair.
 """
 
 from __future__ import annotations
@@ -31,8 +39,18 @@ from pathlib import Path
 from ctxbench.errors import UserError, unknown
 from ctxbench.parsing import split_list
 from ctxbench.synthetic import longbench2 as lb
-from ctxbench.synthetic.pieces import encode, frame
-from ctxbench.tasks.base import FRACTION, OUTCOME, Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.synthetic.pieces import encode
+from ctxbench.tasks.base import (
+    FRACTION,
+    OUTCOME,
+    Cell,
+    Context,
+    CostItem,
+    Measurement,
+    Option,
+    Reference,
+    Task,
+)
 from ctxbench.tasks.common import (
     accuracy_rows,
     check_trials,
@@ -43,9 +61,12 @@ from ctxbench.tasks.common import (
     trials_options,
 )
 from ctxbench.tasks.generated import settle as _settle
-from ctxbench.tasks.trials import numbered_trials
+from ctxbench.tasks.options import text_parser
+from ctxbench.tasks.trials import ALL, fewer_trials, numbered_trials, trials_said
 
 MODES = ("mc", "generate")
+TEMPLATES = ("longbench", "lm-eval")
+LEGACY_TEMPLATE = "legacy"  # rows written before --template: the earlier mixed prompt, which neither reference gives
 HINT = "give LongBench v2's items (THUDM/LongBench-v2) as JSON/JSONL with question, context, answer, length and choice_A..D or choices"
 
 
@@ -55,13 +76,14 @@ class Settings:
     factors: tuple[float, ...]
     lengths: tuple[int, ...] | None = None  # None: L/2, L
     variants: tuple[str, ...] = ()  # (): every bucket the data holds
-    trials: int | str = 4
+    trials: int | str = ALL  # every item, as LongBench v2 reports
     max_trials: int = 50
     budget: float | None = None
     baseline: str | None = None
     chat: bool | None = None
     data: str | None = None
     mode: str = "mc"
+    template: str = "longbench"
 
 
 @dataclass(frozen=True)
@@ -71,6 +93,8 @@ class Prompt:
     max_new_tokens: int
     needle_positions: tuple[int, ...] = ()
     extra: dict = field(default_factory=dict, hash=False)
+    # mc: per letter A-D, (the tokens it is scored after, its tokens)
+    choices: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = field(default=(), hash=False)
 
 
 def default_lengths(trained_len: int) -> list[int]:
@@ -94,15 +118,26 @@ def _mode(value) -> str:
     return text
 
 
+def _template(value) -> str:
+    text = str(value).strip()
+    if text not in TEMPLATES:
+        raise unknown("--template", text, TEMPLATES)
+    return text
+
+
 OPTIONS = (
     Option("data", "LongBench v2's items: a local JSON/JSONL file (choice_A..D or a choices list) or a hub id "
-           "(THUDM/LongBench-v2, read with datasets only when named). Required; its digest is on every row", str,
+           "(THUDM/LongBench-v2, read with datasets only when named). Required; its digest is on every row",
+           text_parser("--data", 'data = "longbench2.jsonl"'),
            metavar="FILE|HUB_ID", identity=False),  # fmt: skip
     Option("variants", "length buckets: short, medium, long or all; default every bucket the data holds", _buckets,
            flag="--variant", identity=False),  # fmt: skip
+    Option("template", "the reference: longbench (THUDM/LongBench pred.py: its prompt, middle truncation, --len counts the "
+           "prompt's tokens only; default) or lm-eval (lm-evaluation-harness's longbench2: its prompt, ' A'-' D' after "
+           "'Answer:', left truncation, raw text, --mode mc)", _template),  # fmt: skip
     Option("mode", "mc: log-likelihood of A/B/C/D after the prompt (prefill only); generate: decode and extract "
-           "'The correct answer is (X)' as the official pred.py (default mc)", _mode),  # fmt: skip
-    *trials_options("trials (trial t is the bucket's t-th item)"),
+           "'The correct answer is (X)' as the official pred.py (--template longbench; default mc)", _mode),  # fmt: skip
+    *trials_options("trials (trial t is the bucket's t-th item)", default=ALL),
     Option("chat", "wrap the prompt in the model's chat template (default: the model's template when its tokenizer ships one); "
            "--no-chat for raw prompts", parse_chat, is_flag=True),  # fmt: skip
 )
@@ -149,16 +184,46 @@ def _by_bucket(items, settings: Settings) -> dict[str, list]:
     for item in items:
         out.setdefault(item.bucket, []).append(item)
     run = settings.variants or tuple(b for b in lb.BUCKETS if b in out)
+    held = ", ".join(f"{b} {len(out[b])}" for b in lb.BUCKETS if b in out)
     for b in run:
-        if len(out.get(b, [])) < most_trials(settings):
-            raise UserError(f"--trials {most_trials(settings)} is more than the {len(out.get(b, []))} {b} items of --data '{settings.data}'",
-                            f"use --trials {len(out.get(b, []))} or fewer, or drop {b} from --variant")  # fmt: skip
+        if b not in out:  # an empty bucket has no trials to run, whatever --trials says
+            raise UserError(f"--data '{settings.data}' holds no {b} items (it holds: {held})",
+                            f"drop {b} from --variant" + (f", e.g. --variant {','.join(x for x in run if x in out)}" if any(x in out for x in run) else ""))  # fmt: skip
+        if settings.trials != ALL and len(out.get(b, [])) < most_trials(settings):
+            raise UserError(f"{trials_said(settings)} is more than the {len(out[b])} {b} items of --data '{settings.data}'",
+                            f"{fewer_trials(settings, len(out[b]))}, or drop {b} from --variant")  # fmt: skip
     return {b: out[b] for b in run}
 
 
 def validate(settings: Settings) -> None:
-    check_trials(settings)
+    check_trials(settings, items=True)
+    if settings.template == "lm-eval" and settings.mode != "mc":
+        raise UserError(f"--template lm-eval has no --mode {settings.mode}: lm-evaluation-harness's longbench2 is multiple choice by log-likelihood",
+                        "drop --mode, or use --template longbench for pred.py's generation")  # fmt: skip
+    if settings.template == "lm-eval" and settings.chat:
+        raise UserError("--template lm-eval runs raw text, as lm-evaluation-harness's longbench2 does without --apply_chat_template",
+                        "drop --chat, or use --template longbench (pred.py's chat prompt)")  # fmt: skip
     _by_bucket(items_of(settings.data), settings)
+
+
+def items(settings: Settings) -> dict[str, int]:
+    """{bucket: items} of the buckets that run (``--trials all`` runs each of them)."""
+    return {b: len(v) for b, v in _by_bucket(items_of(settings.data), settings).items()}
+
+
+def trials_of(settings: Settings, bucket: str) -> int:
+    """The trials a cell of ``bucket`` runs: ``--trials N``, or every item of the bucket."""
+    return items(settings)[bucket] if settings.trials == ALL else settings.trials
+
+
+def settle(lm, settings: Settings) -> Settings:
+    """``chat`` left to the model: ``pred.py`` sends every prompt through the chat endpoint (the
+    model's template when its tokenizer ships one); lm-eval's task runs raw text."""
+    from dataclasses import replace
+
+    if settings.template == "lm-eval" and settings.chat is None:
+        return replace(settings, chat=False)
+    return _settle(_CHAT, lm, settings)
 
 
 def prepare(lm, settings: Settings) -> Context:
@@ -168,7 +233,9 @@ def prepare(lm, settings: Settings) -> Context:
     digest = hashlib.sha256(json.dumps([[i.id, i.question, i.context, list(i.choices), i.answer, i.bucket] for i in items]).encode()).hexdigest()[:16]
     fields = {"task": "longbench2", "chat": settings.chat, "data": digest}
     name = Path(settings.data).name if Path(settings.data).expanduser().is_file() else settings.data
-    state = {"lengths": lengths, "buckets": buckets, "frame": frame(lm.tokenizer, bool(settings.chat)), "prompts": {}}
+    if settings.chat and not getattr(lm.tokenizer, "chat_template", None):
+        raise UserError("chat prompts need a tokenizer with a chat template and this one has none", "pass --no-chat for raw prompts")
+    state = {"lengths": lengths, "buckets": buckets, "prompts": {}}
     return Context(dataset=f"longbench2:{name}" + ("-chat" if settings.chat else ""),
                    data_digest="sha256:" + hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16],
                    notes=[f"{b}: {len(v)} items" for b, v in buckets.items()], state=state)  # fmt: skip
@@ -189,31 +256,74 @@ def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
 def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     lengths = settings.lengths or default_lengths(trained_len)
     steps = lb.MAX_NEW_TOKENS if settings.mode == "generate" else 0
-    buckets = settings.variants or lb.BUCKETS
-    return [CostItem(cells=len(lengths), forwards=tuple(lengths), counts=(most_trials(settings) * (1 if steps else 4),) * len(lengths),
-                     decode_steps=len(lengths) * most_trials(settings) * steps, what=f"{b} {m.label}")
-            for b in buckets for m in settings.methods for _ in factors_for(m, settings.factors)]  # fmt: skip
+    counts = items(settings) if settings.trials == ALL else {}
+    buckets = list(counts) if settings.trials == ALL else settings.variants or lb.BUCKETS
+    out = []
+    for b in buckets:
+        n = counts.get(b, 0) if settings.trials == ALL else most_trials(settings)
+        for m in settings.methods:
+            for _ in factors_for(m, settings.factors):
+                out.append(CostItem(cells=len(lengths), forwards=tuple(lengths), counts=(n * (1 if steps else 4),) * len(lengths),
+                                    decode_steps=len(lengths) * n * steps, what=f"{b} {m.label} ({n} items)"))  # fmt: skip
+    return out
 
 
-def build(tokenizer, fr, item: lb.Item, length: int, mode: str) -> Prompt:
-    """The official prompt of ``item`` for ``length`` tokens with its answer: cut in the middle
-    when longer (``pred.py``); under ``mc`` the answer prefix follows the cut prompt."""
-    body = list(fr.head) + encode(tokenizer, lb.prompt_text(item) + fr.between)
-    tail = encode(tokenizer, lb.MC_PREFIX) if mode == "mc" else []
-    room = length - (lb.MAX_NEW_TOKENS if mode == "generate" else len(tail) + 1)
-    if room < 2:
-        raise UserError(f"length {length} is too short for longbench2 --mode {mode}", f"use --len of at least {length - room + 64}")
-    ids, cut = lb.truncate_middle(body, room)
-    return Prompt(tuple(ids + tail), (item.answer,), lb.MAX_NEW_TOKENS, extra={"id": item.id, "truncated": cut, "prompt_tokens": len(body)})
+def _ids(tokenizer, text: str) -> list[int]:
+    """``tokenizer.encode(text)`` as both references call it: the tokenizer's own special tokens (BOS where it adds one)."""
+    return list(tokenizer(text)["input_ids"])
+
+
+def _chat_ids(tokenizer, text: str, after: str = "") -> list[int]:
+    """``text`` as the user's message of the model's chat template, the generation prompt and
+    ``after`` appended, tokenised as ``apply_chat_template`` tokenises (no special tokens added:
+    the template writes its own)."""
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    return encode(tokenizer, rendered + after)
+
+
+def build(tokenizer, chat: bool, item: lb.Item, length: int, mode: str, template: str = "longbench") -> Prompt:
+    """Trial ``item``'s prompt at ``length`` under ``template``'s reference (the module docstring)."""
+    if template == "lm-eval":
+        return _build_lmeval(tokenizer, item, length)
+    ids = _ids(tokenizer, lb.prompt_text(item))  # pred.py: tokenizer.encode(prompt), BOS counted
+    if length < 2:
+        raise UserError(f"length {length} is too short for longbench2", "use --len of at least 64")
+    kept, cut = lb.truncate_middle(ids, length)
+    text = tokenizer.decode(kept, skip_special_tokens=True) if cut else lb.prompt_text(item)  # pred.py decodes a cut prompt
+    after = lb.MC_PREFIX if mode == "mc" else ""
+    if chat:
+        out = _chat_ids(tokenizer, text, after)
+    else:  # what pred.py sends, the answer prefix on a line of its own after it (mc)
+        out = _ids(tokenizer, text + (lb.RAW_GLUE + after if after else ""))
+    choices = tuple((tuple(out), tuple(encode(tokenizer, x))) for x in lb.LETTERS) if mode == "mc" else ()
+    return Prompt(tuple(out), (item.answer,), lb.MAX_NEW_TOKENS, choices=choices,
+                  extra={"id": item.id, "truncated": cut, "prompt_tokens": len(ids), "template": template})  # fmt: skip
+
+
+def _build_lmeval(tokenizer, item: lb.Item, length: int) -> Prompt:
+    """lm-eval's request per letter: ``_encode_pair(doc_to_text, " X")``, then the left truncation
+    to ``max_length`` = ``length``."""
+    context = lb.lmeval_text(item)
+    context_ids = _ids(tokenizer, context)
+    choices, cut = [], 0
+    for x in lb.LETTERS:
+        whole = _ids(tokenizer, context + lb.LMEVAL_DELIMITER + x)
+        continuation = whole[len(context_ids):]
+        prefix, cut_x = lb.truncate_left(context_ids, continuation, length)
+        choices.append((tuple(prefix), tuple(continuation)))
+        cut = max(cut, cut_x)
+    return Prompt(choices[0][0], (item.answer,), 1, choices=tuple(choices),
+                  extra={"id": item.id, "truncated": cut, "prompt_tokens": len(context_ids), "template": "lm-eval"})  # fmt: skip
 
 
 def prompts_for(lm, ctx: Context, settings: Settings, cell: Cell) -> list[Prompt]:
     cache = ctx.state["prompts"]
     out = []
-    for t in range(settings.trials):
-        key = (cell.variant, cell.length, settings.mode, t)
+    for t in range(trials_of(settings, cell.variant)):
+        key = (cell.variant, cell.length, settings.mode, settings.template, t)
         if key not in cache:
-            cache[key] = build(lm.tokenizer, ctx.state["frame"], ctx.state["buckets"][cell.variant][t], cell.length, settings.mode)
+            cache[key] = build(lm.tokenizer, bool(settings.chat), ctx.state["buckets"][cell.variant][t], cell.length, settings.mode,
+                               settings.template)  # fmt: skip
         out.append(cache[key])
     return out
 
@@ -242,15 +352,15 @@ def _mc_cells(lm, ctx: Context, prompts: dict):
     from ctxbench.tasks.trials import decode_length
 
     kept = getattr(ctx, "kept", None) or {}
-    letters = [encode(lm.tokenizer, x) for x in lb.LETTERS]
     owner = [(cell, t, k) for cell, ps in prompts.items() for t in range(len(ps)) if t not in kept.get(cell, {}) for k in range(4)]
     nll: dict = {}
     seconds: dict = {}
     first = next(iter(prompts))
     if owner:
-        flat = [prompts[c][t].ids for c, t, _ in owner]
-        with backends.session(lm, first.method, first.factor or 1.0, decode_length(first, [prompts[c][t] for c, t, _ in owner], 1)) as engine:
-            for s in engine.scores(flat, [letters[k] for _, _, k in owner], share=first.method.causal):
+        flat = [prompts[c][t].choices[k][0] for c, t, k in owner]
+        longest = max(len(prompts[c][t].choices[k][0]) + len(prompts[c][t].choices[k][1]) for c, t, k in owner)
+        with backends.session(lm, first.method, first.factor or 1.0, max(decode_length(first, [prompts[c][t] for c, t, _ in owner], 1), longest)) as engine:
+            for s in engine.scores(flat, [prompts[c][t].choices[k][1] for c, t, k in owner], share=first.method.causal):
                 c, t, k = owner[s.index]
                 nll[(c, t, k)] = float(s.nll.double().sum())
                 seconds[(c, t)] = seconds.get((c, t), 0.0) + s.seconds
@@ -268,12 +378,33 @@ def _mc_cells(lm, ctx: Context, prompts: dict):
         yield cell, rows
 
 
+REFERENCES = (
+    Reference("template", "longbench", "THUDM/LongBench `pred.py`, `prompts/0shot.txt`", "commit 2e00731 (2025-01-15)",
+              "the prompt text (`0shot.txt`, `pred.py`'s `replace` calls); the prompt's tokens (`tokenizer.encode`, BOS counted) cut "
+              "to `--len` in the middle (`ids[:n//2] + ids[-n//2:]`) and decoded; the chat template around the decoded text; "
+              "`extract_answer` (`--mode generate`, 128 new tokens); every item (`--trials all`). Token-exact in tests",
+              "`pred.py` only generates, sampling at temperature 0.1 through an API server; ctxbench decodes greedily, and "
+              "`--mode mc` (the default) scores A-D after `The correct answer is (`, an answer prefix of ctxbench's "
+              "(on a new line under `--no-chat`). The server's context limit is not modelled: `--len` counts the prompt only",
+              "`--mode generate` (the model's chat template is used by default, as `pred.py` sends chat messages)", default=True),
+    Reference("template", "lm-eval", "EleutherAI/lm-evaluation-harness `lm_eval/tasks/longbench2/_longbench_common_yaml`, "
+              "`TemplateLM._encode_pair`, `HFLM._loglikelihood_tokens`", "0.4.13.dev0, commit 4e7e0d4 (2026-08-21; the task unchanged since ad506a1, 2025-10-14)",
+              "`doc_to_text` (context and choices unstripped, question stripped, `Answer:` last); continuations ` A`-` D`; "
+              "the pair encoded whole and split; the last `--len`+1 tokens kept (left truncation), raw text; the most likely "
+              "letter (`acc`). Token-exact in tests",
+              "lm-eval reads the hub's `recursal/longbench-v2` (a `choices` list); ctxbench reads your file in either layout. "
+              "lm-eval's `acc` is over the whole set; ctxbench reports each length bucket",
+              "`--template lm-eval` (raw text, `--mode mc`; `--len` is lm-eval's `max_length`)"),
+)
+
 TASK = Task(
     name="longbench2", help="LongBench v2 multiple choice over your copy of the items (--data FILE|HUB_ID): by log-likelihood "
     "of A-D (--mode mc) or generation (--mode generate), x length buckets x lengths (middle truncation) x methods.",
     settings=Settings, options=OPTIONS, prepare=prepare, cells=cells, groups=groups, run_group=run_group, cost=cost,
     metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths, validate=validate,
-    settle=lambda lm, s: _settle(_CHAT, lm, s), trials=numbered_trials, domains={"accuracy": FRACTION, "score": OUTCOME},
+    settle=settle, trials=numbered_trials, domains={"accuracy": FRACTION, "score": OUTCOME},
+    legacy_options=lambda record: {**TASK.default_identity(), "template": LEGACY_TEMPLATE}, items=items,
+    references=REFERENCES,
 )  # fmt: skip
 
 

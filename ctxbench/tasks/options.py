@@ -8,6 +8,7 @@ import json
 import re
 
 from ctxbench.errors import UserError, closest
+from ctxbench.parsing import short
 from ctxbench.tasks.base import Option
 
 
@@ -43,6 +44,20 @@ def check_most(number: int, flag: str, most: int | None, why: str = "") -> None:
 # The most needle depths a cell grid takes: 1000 depths are 0.1% of a prompt apart, finer than a
 # needle line's own length at any length a model reads.
 MOST_DEPTHS = 1000
+
+
+def text_parser(flag: str, example: str):
+    """A parser for an option whose value is text (a path, a hub id, a name): a suite's ``data = 42``
+    or ``data = ["a", "b"]`` is one line naming the key, never looked up on the hub as ``"42"``."""
+
+    def parse(value) -> str:
+        if not isinstance(value, str):
+            kind = {bool: "true/false", int: "a number", float: "a number", list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
+            raise UserError(f"{flag} is {kind} ({short(json.dumps(value, default=str), 40)}), not text (a path or a name)",
+                            f"write it as text, e.g. {example}")  # fmt: skip
+        return value.strip()  # empty: each reader says what an empty one means
+
+    return parse
 
 
 def parse_choice(value, flag: str, choices: tuple[str, ...]) -> str:

@@ -297,6 +297,12 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
         yield cell, rows + accuracy_rows([int(r.value) for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows)) + extra
 
 
+def prompt_ids(lm, ctx: Context, settings: Settings, cell: Cell, trial: int) -> tuple[int, ...]:
+    """Trial ``trial``'s prompt in ``cell``, as :func:`run_group` builds it (``ctxbench show-prompt``)."""
+    key = draw_key(ctx.seed, cell.length, cell.depth, trial, settings.digits)
+    return build_prompt(lm.tokenizer, cell.length, cell.depth, key, settings.chat).ids
+
+
 def _answer_ids(prompt: Prompt) -> tuple[int, ...]:
     """The expected answer's tokens: the key as the needle line spells it (`` N``), which is also
     how it follows "The pass key is" at the prompt's end."""
@@ -326,5 +332,6 @@ TASK = Task(
     validate=validate,
     trials=trials.numbered_trials,
     legacy_options=legacy_options,
+    prompt=prompt_ids,
     domains={"accuracy": FRACTION, "correct": OUTCOME, **proxy.ANSWER_DOMAINS},  # a trial is right or wrong
 )

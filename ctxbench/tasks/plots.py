@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from ctxbench.errors import UserError
+from ctxbench.outfiles import save_figure
 from ctxbench.parsing import NAME_MAX, check_name_lengths, expand_path, len_label
 from ctxbench.tasks import registry
 
@@ -63,8 +64,10 @@ def mark_trained(ax, trained: int, text: str) -> None:
 def save(plt, fig, path: Path, paths: list[Path]) -> None:
     path = fitting_name(path)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path)  # whole or not at all: never a truncated PNG
+    finally:
+        plt.close(fig)
     paths.append(path)
 
 

@@ -52,6 +52,7 @@ from ctxbench.tasks.base import (
     Task,
 )
 from ctxbench.tasks.common import factors_for, parse_choice, parse_positive_int
+from ctxbench.tasks.options import text_parser
 from ctxbench.tasks.plots import (
     by_factor,
     extra_of,
@@ -91,7 +92,8 @@ class Settings:
 MOST_DOCS = 10_000  # documents per length: PG19's test split has 100 books, GovReport's 973 reports
 OPTIONS = (
     Option("stride", "window stride (default = length: one window per document)", lambda v: parse_length(v, "--stride"), identity=False),
-    Option("dataset", "HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus", str, identity=False),
+    Option("dataset", "HF dataset (pg19, proof-pile, govreport, ...), local file/dir; default: built-in stdlib corpus",
+           text_parser("--dataset", 'dataset = "docs.jsonl"'), identity=False),
     Option("split", "dataset split (default test)", str, identity=False),
     Option("text_column", "column holding the text (default text)", str, identity=False),
     Option("docs", "documents per length, the first ones long enough (default 4)", lambda v: parse_positive_int(v, "--docs", MOST_DOCS, "more than any long-document corpus holds"), identity=False),

@@ -7,9 +7,13 @@ picks some), each a local JSON file or a Hugging Face hub id. Nothing is downloa
 id is given; without ``--qa-data`` the command stops before loading a model and says where
 RULER gets the files. The parsed datasets' digests are the rows' ``data_digest``.
 
-Each cell (method, factor, length, variant) runs ``trials`` prompts, trial ``t`` asking
-question ``t``, with RULER's length accounting (``--protocol ruler``, the only one: prompt +
-32 generated tokens within the length, whole documents). Decoding is greedy and shared-prefix
+Each cell (method, factor, length, variant) runs ``trials`` prompts (default ``all``: every
+answerable question of the data), trial ``t`` asking question ``t``, with RULER's length
+accounting (``--protocol ruler``, the only one: prompt + 32 generated tokens within the length,
+whole documents). ``--doc-count`` (part of the cell identity) picks how many documents a prompt
+holds: ``ruler`` (default) as RULER's ``qa.py`` does, one count for the cell from sample 0 stepping
+down by 10, with RULER's draws and shuffle (:class:`ctxbench.synthetic.qa.RulerStream`); ``largest``
+the most that fit, per trial (ctxbench's rule before the option; rows without it read so). Decoding is greedy and shared-prefix
 (:func:`ctxbench.tasks.common.answer_cells`): one forward per trial, then up to 32 tokens,
 stopping once the answer is found. Scores: RULER's ``string_match_part`` (1 when any gold
 answer occurs in the output, case-insensitive) per trial, and per cell ``accuracy`` with its
@@ -29,6 +33,7 @@ from ctxbench.synthetic.pieces import encode, frame
 from ctxbench.synthetic.qa import (
     ANSWER_PREFIX,
     TOKENS_TO_GENERATE,
+    RulerStream,
     build_qa,
     fetch_hint,
     load_qa,
@@ -36,7 +41,17 @@ from ctxbench.synthetic.qa import (
     task_text,
 )
 from ctxbench.tasks import ruler_data
-from ctxbench.tasks.base import FRACTION, OUTCOME, Cell, Context, CostItem, Measurement, Option, Task
+from ctxbench.tasks.base import (
+    FRACTION,
+    OUTCOME,
+    Cell,
+    Context,
+    CostItem,
+    Measurement,
+    Option,
+    Reference,
+    Task,
+)
 from ctxbench.tasks.common import (
     CHAT_HELP,
     accuracy_rows,
@@ -49,9 +64,10 @@ from ctxbench.tasks.common import (
     trials_options,
 )
 from ctxbench.tasks.options import variants_parser
-from ctxbench.tasks.trials import numbered_trials
+from ctxbench.tasks.trials import ALL, fewer_trials, numbered_trials, trials_said
 
 NAMES = ("qa_1", "qa_2")
+DOC_COUNTS = ("ruler", "largest")
 
 
 @dataclass(frozen=True)
@@ -60,13 +76,14 @@ class Settings:
     factors: tuple[float, ...]
     lengths: tuple[int, ...] | None = None  # None: L/4, L/2, L, 2L
     variants: tuple[str, ...] = ()  # (): the variants --qa-data names (qa_1 for a bare path)
-    trials: int | str = 4  # or "auto" (the runner then runs batches of int trials)
+    trials: int | str = ALL  # every question; or a number, or "auto" (the runner then runs batches of int trials)
     max_trials: int = 50
     budget: float | None = None
     baseline: str | None = None
     chat: bool | None = None  # None: decided by the model (common.settle_chat)
     qa_data: tuple[tuple[str, str], ...] = ()  # ((variant or "", path or hub id), ...)
     protocol: str = "ruler"
+    doc_count: str = "ruler"
 
 
 def default_lengths(trained_len: int) -> list[int]:
@@ -80,6 +97,13 @@ def _protocol(value) -> str:
                         "drop --protocol, or pass --protocol ruler")  # fmt: skip
     if text != "ruler":
         raise unknown("--protocol", text, ("ruler",))
+    return text
+
+
+def _doc_count(value) -> str:
+    text = str(value).strip()
+    if text not in DOC_COUNTS:
+        raise unknown("--doc-count", text, DOC_COUNTS)
     return text
 
 
@@ -97,7 +121,10 @@ OPTIONS = (
            "split. Required; the parsed data's digest is on every row", _qa_data, metavar="PATH", identity=False),  # fmt: skip
     Option("protocol", "ruler: RULER's length accounting (prompt + 32 generated tokens <= length, whole documents); "
            "the only protocol qa has (default ruler)", _protocol),  # fmt: skip
-    *trials_options("trials (trial t asks the dataset's question t)"),
+    Option("doc_count", "how many documents a prompt holds: ruler (RULER's qa.py: one count for the cell from sample 0, "
+           "stepping down by 10 while a sample does not fit, RULER's draws and shuffle; default) or largest (the most that "
+           "fit, per trial: every run before --doc-count)", _doc_count),  # fmt: skip
+    *trials_options("trials (trial t asks the dataset's question t)", default=ALL),
     Option("chat", CHAT_HELP, parse_chat, is_flag=True),
 )
 
@@ -136,12 +163,12 @@ def _run_variants(settings: Settings) -> tuple[str, ...]:
 def validate(settings: Settings) -> None:
     """Before any model loads: the data is given, reads as its variant's format, has the trials."""
 
-    check_trials(settings)
+    check_trials(settings, items=True)
     for variant, spec in specs(settings).items():
         data = load(variant, spec)
-        if most_trials(settings) > len(data.questions):
-            raise UserError(f"--trials {most_trials(settings)} is more than the {len(data.questions)} answerable questions of {data.name} ({variant})",
-                            f"use --trials {len(data.questions)} or fewer, or the full dataset")  # fmt: skip
+        if settings.trials != ALL and most_trials(settings) > len(data.questions):
+            raise UserError(f"{trials_said(settings)} is more than the {len(data.questions)} answerable questions of {data.name} ({variant})",
+                            f"{fewer_trials(settings, len(data.questions))}, or give the full dataset")  # fmt: skip
 
 
 def prepare(lm, settings: Settings) -> Context:
@@ -154,13 +181,13 @@ def prepare(lm, settings: Settings) -> Context:
     for variant, d in data.items():
         # the smallest prompt of a trial: its gold documents alone (seed and length only reorder them)
         need = 0
-        for t in range(most_trials(settings)):
+        for t in range(trials_of(settings, variant)):
             q = d.questions[t]
             text = task_text([d.docs[i] for i in q.gold], q.query) + fr.between + ANSWER_PREFIX
             need = max(need, len(fr.head) + len(encode(lm.tokenizer, text)) + TOKENS_TO_GENERATE)
         short = [n for n in lengths if n < need]
         if short:
-            raise UserError(f"length {short[0]} is too short for qa {variant} (the gold documents of its first {most_trials(settings)} "
+            raise UserError(f"length {short[0]} is too short for qa {variant} (the gold documents of its first {trials_of(settings, variant)} "
                             f"questions and RULER's 32 answer tokens need {need} tokens with this tokenizer)",
                             f"use --len of at least {need}")  # fmt: skip
     def named(variants) -> tuple[str, str]:  # (dataset, data_digest) of these variants' data
@@ -170,7 +197,8 @@ def prepare(lm, settings: Settings) -> Context:
 
     dataset, digest = named(list(data))
     notes = [f"{v}: {d.name}, {len(d.questions)} answerable questions, {len(d.docs)} documents ({d.digest})" for v, d in data.items()]
-    return Context(dataset=dataset, data_digest=digest, notes=notes, state={"lengths": lengths, "data": data, "frame": fr, "prompts": {}},
+    state = {"lengths": lengths, "data": data, "frame": fr, "prompts": {}, "streams": {}, "doc_count": settings.doc_count}
+    return Context(dataset=dataset, data_digest=digest, notes=notes, state=state,
                    variant_data={v: named([v]) for v in data})  # fmt: skip
 
 
@@ -197,13 +225,14 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     except UserError:
         variants = settings.variants or ("qa_1",)
     items = []
-    for _ in variants:
+    for variant in variants:
+        k = trials_of(settings, variant) if settings.trials == ALL else most_trials(settings)
         for m in settings.methods:
             for f in factors_for(m, settings.factors):
                 # one forward per trial (only the instruction is shared), then RULER's 32 tokens at most
                 forwards = tuple(max(1, n - TOKENS_TO_GENERATE) for n in lengths)  # once per length, times the trials
-                items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(most_trials(settings),) * len(forwards),
-                                      decode_steps=len(lengths) * most_trials(settings) * TOKENS_TO_GENERATE,
+                items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(k,) * len(forwards),
+                                      decode_steps=len(lengths) * k * TOKENS_TO_GENERATE,
                                       what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
     return items
 
@@ -211,6 +240,12 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
 def prompts_for(lm, ctx: Context, variant: str, length: int, trials: int) -> list:
     """The trials' prompts of one (variant, length), built once per run and shared by every method."""
 
+    if ctx.state.get("doc_count", "largest") == "ruler":  # RULER's samples, in order: sample t after the draws of those before
+        key = (variant, length, ctx.seed)
+        streams = ctx.state.setdefault("streams", {})
+        if key not in streams:
+            streams[key] = RulerStream(ctx.state["data"][variant], lm.tokenizer, length, ctx.seed, ctx.state["frame"])
+        return [streams[key].prompt(t) for t in range(trials)]
     cache = ctx.state["prompts"]
     out = []
     for t in range(trials):
@@ -221,10 +256,25 @@ def prompts_for(lm, ctx: Context, variant: str, length: int, trials: int) -> lis
     return out
 
 
+def items(settings: Settings) -> dict[str, int]:
+    """{variant: answerable questions} of the variants that run (``--trials all`` asks each)."""
+    return {v: len(load(v, spec).questions) for v, spec in specs(settings).items()}
+
+
+def trials_of(settings: Settings, variant: str) -> int:
+    """The trials a cell of ``variant`` runs: ``--trials N``, or every question of its data."""
+    return items(settings)[variant] if settings.trials == ALL else most_trials(settings)
+
+
+def prompt_ids(lm, ctx: Context, settings: Settings, cell: Cell, trial: int) -> tuple[int, ...]:
+    """Trial ``trial``'s prompt in ``cell``, as :func:`run_group` builds it (``ctxbench show-prompt``)."""
+    return tuple(prompts_for(lm, ctx, cell.variant, cell.length, trial + 1)[trial].ids)
+
+
 def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
 
     tok = lm.tokenizer
-    prompts = {cell: prompts_for(lm, ctx, cell.variant, cell.length, settings.trials) for cell in group}
+    prompts = {cell: prompts_for(lm, ctx, cell.variant, cell.length, trials_of(settings, cell.variant)) for cell in group}
     new_tokens = max(p.max_new_tokens for ps in prompts.values() for p in ps)
 
     def finished(p, new) -> bool:  # string_match_part only grows with the output: once 1, stop
@@ -242,11 +292,31 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
                                          metric=prompts[cell][0].metric)  # fmt: skip
 
 
+REFERENCES = (
+    Reference("doc_count", "ruler", "`NVIDIA/RULER/scripts/data/synthetic/qa.py`, `constants.py` (template, answer prefix), "
+              "`NVIDIA/RULER/scripts/eval/synthetic/constants.py` (`string_match_part`)", "commit c3f5e3b (2026-07-22)",
+              "the readers (SQuAD's answerable questions, HotpotQA's), the documents' order, the template and answer prefix; "
+              "the cell's document count (binary search on sample 0, each sample stepping down by 10), the distractors drawn "
+              "from one stream seeded by `--seed` in sample order, the `random.Random(seed)` shuffle; 32 new tokens; the "
+              "scorer. Prompt text equal to RULER's in tests",
+              "ctxbench counts the chat template's opening and BOS as its tokens (RULER: the tokenizer's count of the "
+              "formatted text); where RULER would retry a sample forever at 10 documents, ctxbench stops with the "
+              "length it needs; `--trials all` asks every question (RULER: `num_samples`, 500 in its scripts)",
+              "`--seed 42 --trials 500` (RULER's default seed and sample count)", default=True),
+    Reference("doc_count", "largest", "ctxbench", "before `--doc-count`",
+              "RULER's readers, template, accounting and scorer, as above",
+              "per trial the largest count that fits (more documents than RULER's step-down may keep); distractors "
+              "seeded per trial and a shuffle per length, so a trial does not depend on the ones before it",
+              "not RULER's: `--doc-count ruler`"),
+)
+
 TASK = Task(
     name="qa", help="RULER QA over your copy of SQuAD (qa_1) or HotpotQA (qa_2): --qa-data PATH (required) x lengths x methods.",
     settings=Settings, options=OPTIONS, prepare=prepare, cells=cells, groups=groups, run_group=run_group, cost=cost,
     metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths, validate=validate,
-    trials=numbered_trials,
+    trials=numbered_trials, prompt=prompt_ids,
     settle=settle_chat,
     domains={"accuracy": FRACTION, "score": OUTCOME},  # string_match_part: a trial is right (1) or wrong (0)
+    items=items, references=REFERENCES,
+    legacy_options=lambda record: {**TASK.default_identity(), "doc_count": "largest"},  # rows before --doc-count
 )  # fmt: skip

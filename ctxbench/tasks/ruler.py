@@ -50,6 +50,7 @@ from ctxbench.tasks.common import (
     trials_options,
     variants_parser,
 )
+from ctxbench.tasks.options import text_parser
 from ctxbench.tasks.plots import depth_heatmaps
 
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -86,7 +87,7 @@ def _protocol(value) -> str:
 
 def _haystack(value) -> str:
 
-    text = str(value)
+    text = text_parser("--haystack", 'haystack = "essays"')(value)
     if text != "pydoc":
         haystack_of(text)  # missing, binary, non-UTF-8 or empty input, or essays not fetched, fail here, before any model loads
     return text
@@ -130,7 +131,7 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
         prepare=partial(prepare, spec), cells=partial(cells, spec), groups=groups, run_group=partial(run_group, spec),
         cost=partial(cost, spec), metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths,
         plots=partial(plots, name), validate=validate, legacy_options=legacy_options, settle=settle_chat,
-        trials=trials.numbered_trials,
+        trials=trials.numbered_trials, prompt=partial(prompt_ids, spec),
         # string_match_all: a trial's score is the fraction of its expected answers found (multikey: 0.25, 0.5, ...)
         domains={"accuracy": FRACTION, "score": SCORE, **(proxy.ANSWER_DOMAINS if answer_nll else {})},
     )  # fmt: skip
@@ -255,6 +256,13 @@ def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> 
             extra = trials.answer_nll_rows(rows, sum(v[2] for v in scored[cell].values()))
         yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows),
                                          metric=prompts[cell][0].metric) + extra  # fmt: skip
+
+
+def prompt_ids(spec, lm, ctx: Context, settings: Settings, cell: Cell, trial: int) -> tuple[int, ...]:
+    """Trial ``trial``'s prompt in ``cell``, as :func:`run_group` builds it (``ctxbench show-prompt``)."""
+    _, haystack = ctx.state
+    return tuple(build(spec["name"], cell.variant, lm.tokenizer, cell.length, cell.depth, ctx.seed, trial, settings.chat, haystack,
+                       settings.protocol).ids)  # fmt: skip
 
 
 def plots(name, records, directory):

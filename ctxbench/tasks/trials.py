@@ -11,6 +11,7 @@ from ctxbench.tasks.base import Measurement, Option
 from ctxbench.tasks.options import check_most, parse_positive_int
 
 AUTO = "auto"
+ALL = "all"  # every item of a task's data (longbench2, qa, babilong --data): what the benchmark itself reports
 TRIAL_BATCH = 10  # --trials auto adds trials in batches of this many
 # The most trials a cell runs: at 10,000 trials a 95% Wilson interval is +-1 point at most, finer
 # than any difference between methods is worth; beyond it a run only burns time (and a plan that
@@ -20,19 +21,20 @@ WHY_MOST = "its 95% interval is then +-1 point"
 
 
 def parse_trials(value) -> int | str:
-    """``--trials N`` or ``--trials auto`` (trials until the paired comparisons are decided)."""
-    if isinstance(value, str) and value.strip().lower() == AUTO:
-        return AUTO
+    """``--trials N``, ``--trials auto`` (trials until the paired comparisons are decided) or
+    ``--trials all`` (every item of a task's data; refused by tasks without data, `check_trials`)."""
+    if isinstance(value, str) and value.strip().lower() in (AUTO, ALL):
+        return value.strip().lower()
     return parse_positive_int(value, "--trials", MOST_TRIALS, WHY_MOST)
 
 
-def trials_options(what: str, default: int = 4) -> list:
-    """The options of a task that counts trials: ``--trials N|auto`` and what bounds ``auto``.
+def trials_options(what: str, default: int | str = 4) -> list:
+    """The options of a task that counts trials: ``--trials N|auto|all`` and what bounds ``auto``.
     None is part of a cell's identity: resume handles the count (a cell holding fewer trials
     than asked gets the missing ones), and the others only decide how many trials run."""
 
     return [
-        Option("trials", f"{what} per cell (default {default}); auto: batches of {TRIAL_BATCH} until every paired comparison "
+        Option("trials", f"{what} per cell (default {default}); all: every item of the data (tasks over a dataset); auto: batches of {TRIAL_BATCH} until every paired comparison "
                "with --baseline (or with the best method at that length) is separated at 5% after Holm or equivalent within "
                "10 points, up to --max-trials", parse_trials, identity=False),  # fmt: skip
         Option("max_trials", "with --trials auto: the most trials per cell (default 50)", lambda v: parse_positive_int(v, "--max-trials", MOST_TRIALS, WHY_MOST),
@@ -54,15 +56,22 @@ def _parse_minutes(value) -> float:
 
 
 def numbered_trials(settings) -> int:
-    """The trials a cell asks for (``Task.trials``): ``--trials N``; 0 under ``auto``, whose batches decide."""
+    """The trials a cell asks for (``Task.trials``): ``--trials N``; 0 under ``auto``, whose batches decide
+    (``all``: `ctxbench.tasks.base.Task.trials_asked` counts the cell's items)."""
     return settings.trials if isinstance(settings.trials, int) else 0
 
 
-def check_trials(settings) -> None:
-    """The trial options agree (before any model loads)."""
+def check_trials(settings, items: bool = False) -> None:
+    """The trial options agree (before any model loads); ``items``: the task runs over a dataset,
+    so ``--trials all`` (every item) is allowed."""
     auto = settings.trials == AUTO
-    if not auto and (not isinstance(settings.trials, int) or isinstance(settings.trials, bool) or settings.trials < 1):
-        raise UserError(f"--trials {settings.trials} must be a whole number >= 1 or auto", "pass e.g. --trials 10")
+    if settings.trials == ALL and not items:
+        raise UserError("--trials all runs every item of a dataset, and this run has none (its prompts are generated)",
+                        "pass a number, e.g. --trials 10")  # fmt: skip
+    if settings.trials == ALL:
+        pass
+    elif not auto and (not isinstance(settings.trials, int) or isinstance(settings.trials, bool) or settings.trials < 1):
+        raise UserError(f"--trials {settings.trials} must be a whole number >= 1, auto or all", "pass e.g. --trials 10")
     for flag, n in (("--trials", settings.trials), ("--max-trials", settings.max_trials)):  # settings made in Python too
         if isinstance(n, int):
             check_most(n, flag, MOST_TRIALS, WHY_MOST)
@@ -80,8 +89,28 @@ def check_trials(settings) -> None:
             raise unknown("--baseline label", settings.baseline, labels)
 
 
-def most_trials(settings) -> int:
-    """The trials a cell can run: ``--trials``, or ``--max-trials`` under ``auto`` (plans say the most it can cost)."""
+def trials_said(settings) -> str:
+    """The trials option as the user gave it, for a message: ``--trials 50``, or under ``auto`` the
+    ``--max-trials`` that bounds it (never a number the user did not type as ``--trials``)."""
+    if settings.trials == AUTO:
+        return f"--trials auto (up to --max-trials {settings.max_trials})"
+    return f"--trials {settings.trials}"
+
+
+def fewer_trials(settings, most: int) -> str:
+    """The fix for asking more trials than ``most`` items: the option to lower, as the user gave it."""
+    if settings.trials == AUTO:
+        return f"pass --max-trials {most} or fewer, or --trials {ALL} to run each item once"
+    return f"use --trials {most} or fewer, or --trials {ALL}"
+
+
+def most_trials(settings, items: int | None = None) -> int:
+    """The trials a cell can run: ``--trials``, ``--max-trials`` under ``auto`` (plans say the most it
+    can cost), or under ``all`` the ``items`` of the cell's data."""
+    if settings.trials == ALL:
+        if items is None:
+            raise ValueError("--trials all needs the item count of the cell's data")
+        return items
     return settings.max_trials if settings.trials == AUTO else settings.trials
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ctxbench.outfiles import save_figure
 from ctxbench.parsing import len_label
 
 MARKERS = {"complete": ("o", "C0"), "pruned": ("x", "C3"), "guarded": ("s", "C1"), "halved": ("^", "C7"), "stopped": ("v", "C7")}
@@ -78,6 +79,8 @@ def plot_trials(trials: list, space, path: str | Path) -> Path:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path)  # whole or not at all: never a truncated PNG
+    finally:
+        plt.close(fig)
     return path

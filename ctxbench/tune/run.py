@@ -16,16 +16,22 @@ suite that checks the winner's niah accuracy at ``T`` against the defaults').
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import math
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ctxbench.errors import UserError
+from ctxbench.outfiles import replace_atomically, write_error
 from ctxbench.parsing import len_label
+from ctxbench.textsafe import csv_escape
 from ctxbench.tune.objective import parse_objective
 from ctxbench.tune.space import Space, space_for, split_instances
+from ctxbench.tune.store import OutLock, check_out
 
 DEFAULT_GUARD = 0.05  # nats/token at L/2 over none: docs/tune.md says why
 DEFAULT_DOCS = 4
@@ -108,13 +114,16 @@ def check(settings: TuneSettings, config) -> Space:
     from ctxbench.tasks.corpus import check_local_dataset
 
     check_local_dataset(settings.dataset, settings.text_column)  # a local file's column, before the model loads
+    _check_enough_documents(settings)
     if settings.docs < 2:
         raise UserError(f"--docs {settings.docs} must be >= 2 (one to tune on, one held out)", "e.g. --docs 4")
-    out = Path(settings.out).expanduser()
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out '{settings.out}' is a file, not a directory", "give a directory, e.g. --out tune-yarn")
     from ctxbench.methods import resolve
+    from ctxbench.methods.grid import parse_spec
 
+    spec, inline = parse_spec(settings.method)
+    if inline:  # a report's label or tune's own winner line: a setting, not a method to search
+        raise UserError(f"--method '{settings.method}' is one setting of {spec}; tune searches {spec}'s parameters itself",
+                        f"pass --method {spec} (and --params {','.join(inline)} to search only those), or run the setting with a task command")  # fmt: skip
     name = resolve(settings.method).name  # an unknown method: did-you-mean, before the config is read
     if engine not in (None, "json") and name not in exportable(engine):
         # checked before the search, not after it: the winner is always a setting of this method
@@ -134,8 +143,27 @@ def check(settings: TuneSettings, config) -> Space:
         raise UserError(f"{space.method}'s published defaults cannot run on {config.model}: {exc.what}",
                         "tune it on a model whose config carries them (LongRoPE: a Phi-3 model), or tune another method") from None
     check_derived(defaults, geom, space.defaults().factor, [settings.target])
+    check_out(settings.out, {"method": space.method, "objective": settings.objective, "target": space.target,
+                             "trained_len": space.trained, "seed": settings.seed}, settings.resume)  # fmt: skip
     config.check()  # the model's files and the backend, still without loading
     return space
+
+
+def _check_enough_documents(settings: TuneSettings) -> None:
+    """What :func:`_documents` refuses after the load, refused before the plan where the text alone
+    proves it: a document of ``T`` tokens holds at least ``T`` bytes (no tokenizer gives a token
+    less than a byte), so a local dataset or the built-in corpus with fewer than two documents of
+    ``T`` bytes cannot give the two the search needs. A hub dataset is only read after the load."""
+    from ctxbench.tasks.corpus import is_local_dataset, load_corpus
+
+    if not is_local_dataset(settings.dataset):
+        return
+    corpus = load_corpus(settings.dataset, settings.split, settings.text_column)
+    enough = sum(1 for text in corpus.texts if len(text.encode("utf-8", "surrogatepass")) >= settings.target)
+    if enough < 2:
+        raise UserError(f"'{corpus.name}' has {enough} document(s) of at least {len_label(settings.target)} bytes, so at most "
+                        f"{enough} of {len_label(settings.target)} tokens; tuning needs two (one to tune on, one held out)",
+                        "use a dataset with longer documents (--dataset), or a shorter --target")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -200,16 +228,20 @@ def tune(settings: TuneSettings, config, console=None) -> TuneOutcome:
     trials = settings.trials if settings.trials is not None else (trials_for(settings, space, config) if loaded is None else 50)
     if console is not None and loaded is None:
         show_plan(console, space, settings, trials, config)
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    lm = config.load(console) if loaded is None else loaded
     try:
-        return _tune(lm, space, settings, trials, out, console, start)
-    finally:
-        if loaded is None:
-            from ctxbench import backends
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(out, exc) from None
+    with OutLock(out):  # one search at a time in a folder
+        start = time.monotonic()
+        lm = config.load(console) if loaded is None else loaded
+        try:
+            return _tune(lm, space, settings, trials, out, console, start)
+        finally:
+            if loaded is None:
+                from ctxbench import backends
 
-            backends.of(lm).close(lm)  # what this search started (an engine), shut down with it
+                backends.of(lm).close(lm)  # what this search started (an engine), shut down with it
 
 
 def _documents(lm, settings: TuneSettings, target: int) -> tuple[dict, str]:
@@ -370,16 +402,16 @@ class _Progress:
 
 
 def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) -> None:
-    import csv
 
     space, verdict, winner = outcome.space, outcome.verdict, outcome.winner
-    with (out / "verdict.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["new", "base", "where", "delta", "lo", "hi", "p", "p_adjusted", "n"], lineterminator="\n")
-        w.writeheader()
-        for c in verdict.comparisons:
-            w.writerow({k: v for k, v in asdict(c).items()})
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["new", "base", "where", "delta", "lo", "hi", "p", "p_adjusted", "n"], lineterminator="\n")
+    w.writeheader()
+    for c in verdict.comparisons:
+        w.writerow({k: csv_escape(v) if isinstance(v, str) else v for k, v in asdict(c).items()})
+    replace_atomically(out / "verdict.csv", buf.getvalue().encode())
     summary = {
-        "command": command_of(settings),
+        "command": command_of(settings, lm.name, str(lm.dtype)),
         "method": space.method, "trained_len": space.trained, "target": space.target, "objective": settings.objective,
         "guard": settings.guard, "winner": {"label": winner.label, "factor": winner.candidate.factor,
                                             "params": dict(winner.candidate.params), "objective": winner.objective,
@@ -391,7 +423,7 @@ def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) 
         "evaluations_computed": outcome.evaluations, "evaluations_resumed": outcome.taken, "seconds": round(outcome.seconds, 1),
         "loading_seconds": round(outcome.loading, 1),
     }  # fmt: skip
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    replace_atomically(out / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
     outcome.files += [out / "trials.csv", out / "verdict.csv", out / "summary.json"]
     outcome.niah_command = niah_suite(outcome, out, lm)
     if (out / "niah.toml").is_file():
@@ -410,9 +442,17 @@ def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) 
                                      params=dict(winner.candidate.params))  # fmt: skip
 
 
-def command_of(settings: TuneSettings) -> str:
-    """The ``ctxbench tune`` command line of these settings (what summary.json records)."""
-    parts = [f"ctxbench tune --method {settings.method} --target {len_label(settings.target)}"]
+def command_of(settings: TuneSettings, model: str, dtype: str) -> str:
+    """The ``ctxbench tune`` command line that reproduces this search (what summary.json records):
+    the model, its dtype and the seed always, every other option where it is not the default."""
+    parts = [f"ctxbench tune --method {settings.method} --target {len_label(settings.target)} --model {shlex.quote(model)} "
+             f"--dtype {dtype} --seed {settings.seed}"]
+    if settings.sampler != "auto":
+        parts.append(f"--sampler {settings.sampler}")
+    if settings.split != "test":
+        parts.append(f"--split {shlex.quote(settings.split)}")
+    if settings.text_column != "text":
+        parts.append(f"--text-column {shlex.quote(settings.text_column)}")
     if settings.objective != "nll":
         parts.append(f"--objective {settings.objective}")
     if settings.trials is not None:
@@ -423,12 +463,12 @@ def command_of(settings: TuneSettings) -> str:
         parts.append(f"--guard {settings.guard:g}")
     parts.append(f"--docs {settings.docs}")
     if settings.dataset:
-        parts.append(f"--dataset {settings.dataset}")
+        parts.append(f"--dataset {shlex.quote(settings.dataset)}")
     if settings.only:
         parts.append(f"--params {','.join(settings.only)}")
     if settings.export:
         parts.append(f"--export {settings.export}")
-    return " ".join(parts + [f"--out {settings.out}"])
+    return " ".join(parts + [f"--out {shlex.quote(settings.out)}"])
 
 
 NIAH_HEADER = "# ctxbench tune: the winner against the defaults in niah"
@@ -456,7 +496,7 @@ def niah_suite(outcome: TuneOutcome, out: Path, lm) -> str:
             f'model = "{lm.name}"\nseed = 0\n\n' + entry(winner, "tuned") + "\n" + entry(defaults, "defaults") + "\n"
             f'[niah]\nfactors = [{", ".join(f"{f:g}" for f in factors)}]\nlengths = ["{len_label(space.target)}"]\n'
             "protocol = \"ruler\"\ntrials = 40\n")  # fmt: skip
-    (out / "niah.toml").write_text(text)
+    replace_atomically(out / "niah.toml", text.encode())
     csv_path = out / "niah.csv"
     return (f"ctxbench sweep {out / 'niah.toml'} --out {csv_path} && "
             f"ctxbench rank {csv_path} --len {len_label(space.target)} --task niah")

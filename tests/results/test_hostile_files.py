@@ -132,7 +132,7 @@ EDITED = [
     ("a document's rows deleted", _drop(lambda r: r["task"] == "ppl" and r["label"] == "ntk" and r["doc"] not in ("", "all") and r["length"] == "4096"), 0, "partial cell(s) left out"),
     ("a row duplicated", _dup(_yarn_passkey_4k), 0, ""),  # the same row twice is read once (issue 45), never "missing (a hand edit?)"
     ("a status edited to oom", _set("status", "oom", lambda r: _yarn_passkey_4k(r) and r["trial"] == "0"), 0, ""),
-    ("a value edited to text", _set("value", "n/a", lambda r: _yarn_passkey_4k(r) and r["metric"] == "accuracy"), 0, ""),
+    ("a value edited to text", _set("value", "n/a", lambda r: _yarn_passkey_4k(r) and r["metric"] == "accuracy"), 2, "accuracy 'n/a' is not a number"),
     ("a value edited to nan", _set("value", "nan", lambda r: r["task"] == "ppl" and r["doc"] == "all" and r["metric"] == "ppl"), 0, ""),
     ("extra edited to invalid JSON", _set("extra", "{oops", _yarn_passkey_4k), 0, ""),
     ("extra edited to a JSON list", _set("extra", "[1, 2]", _yarn_passkey_4k), 0, ""),

@@ -134,9 +134,9 @@ def test_the_prompt_is_babilongs_template_with_its_default_prompts():
     p = bl.build("qa1", tok, frame(tok, False), load_haystack(None), 3000, 0, 0)
     text = tok.decode(list(p.ids))
     d = bl.PROMPTS["qa1"]
-    head = f"{d['instruction']}\n{d['examples']}\n{d['post_prompt']}\n<context>\n"
-    assert text.startswith(head) and text.endswith(f"\n</context>\nQuestion: {p.extra['question']}")
-    context = text[len(head): -len(f"\n</context>\nQuestion: {p.extra['question']}")]
+    head = f"{d['instruction']}\n\n{d['examples']}\n\n{d['post_prompt']}\n\n<context>\n"
+    assert text.startswith(head) and text.endswith(f"\n</context>\n\nQuestion: {p.extra['question']}")
+    context = text[len(head): -len(f"\n</context>\n\nQuestion: {p.extra['question']}")]
     positions = [context.index(f) for f in p.extra["facts"]]
     assert positions == sorted(positions)  # the facts in story order among the background sentences
 
@@ -144,15 +144,15 @@ def test_the_prompt_is_babilongs_template_with_its_default_prompts():
 def test_prompt_and_answer_budget_fit_the_length():
     tok, hay = byte_tokenizer(), load_haystack(None)
     for v in bl.VARIANTS:
-        p = bl.build(v, tok, frame(tok, False), hay, 2500, 1, 3)
+        p = bl.build(v, tok, frame(tok, False), hay, 2500, 1, 3, length_of="prompt")
         assert len(p.ids) + bl.MAX_NEW_TOKENS <= 2500 and p.extra["background_sentences"] > 0
 
 
 # --- the task: rows, both scorers, the published rows ---
 
 
-def _settings(**options):
-    return build_settings(get("babilong"), [resolve("none")], 2.0, "2500", {"trials": 2, **options})
+def _settings(length: str = "2500", **options):
+    return build_settings(get("babilong"), [resolve("none")], 2.0, length, {"trials": 2, **options})
 
 
 def test_rows_hold_both_scorers(tiny_lm):
@@ -176,11 +176,28 @@ ROWS = [{"input": "Mary went to the office. Some prose here.", "question": "Wher
 
 def test_published_rows_make_the_prompts(tmp_path, tiny_lm):
     path = _write_rows(tmp_path / "qa1.jsonl", ROWS)
-    settings = _settings(variants="qa1", data=str(path))
+    settings = _settings("32", variants="qa1", data=str(path))  # the rows' own length: 24-41 byte tokens of context
     records = run_settings(tiny_lm, "babilong", settings).records
     scores = [r for r in records if r["metric"] == "score"]
     assert [json.loads(r["extra"])["answers"] for r in scores] == [["office"], ["garden"]]
     assert {r["dataset"] for r in records} == {"babilong:qa1.jsonl-chat"} or {r["dataset"] for r in records} == {"babilong:qa1.jsonl"}
+
+
+@pytest.mark.parametrize("length", ["1k", "16"])
+def test_published_rows_far_from_the_length_are_refused_naming_the_len_they_hold(tmp_path, monkeypatch, capsys, length):
+    """Rows of another of BABILong's length configurations (here about 40 tokens of context) would be
+    recorded as cells of --len: refused once the tokenizer counts them, before any trial runs."""
+    from helpers import save_with_tokenizer, tiny_llama
+
+    path = _write_rows(tmp_path / "qa1.jsonl", ROWS)
+    save_with_tokenizer(tiny_llama(), tmp_path / "model")
+    capsys.readouterr()  # the save's progress bar
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path / ".cache"))
+    code, out, err = cli_main(["babilong", "--variant", "qa1", "--data", str(path), "--len", length, "--model", "model",
+                               "--device", "cpu", "--out", "r.csv"], monkeypatch, capsys)  # fmt: skip
+    one_error_line(code, err, ["--data row 0 of qa1 holds 41 tokens of context, far from --len", "pass --len 41"])
+    assert not (tmp_path / "r.csv").exists()
 
 
 def test_a_directory_of_published_files_serves_each_variant(tmp_path):

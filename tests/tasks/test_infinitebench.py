@@ -89,16 +89,31 @@ def test_number_string_prompt_is_the_open_model_template_word_for_word():
     assert _text(p, tok) == expected and p.answers == (key,) and p.max_new_tokens == 12
 
 
-def test_kv_prompt_is_the_sources_json_and_question():
+# construct_synthetic_dataset.py build_kv_retrieval (88b3daa), the sample's text and question, copied
+def source_kv_sample(records, ans_id):
+    text = "JSON data:\n{"
+    for item in records:
+        text += "\"" + item[0] + "\": \"" + item[1] + "\", "
+    text = text[:-2] + '}'
+    question = "\nKey: \"" + records[ans_id][0] + "\"\nThe value associated with the specified key is: "
+    return text, question
+
+
+# src/prompt.py yarn_mistral_templates["kv_retrieval"] (88b3daa), copied
+SOURCE_KV_TEMPLATE = "Extract the value corresponding to the specified key in the JSON object below.\n\n{context}\n\n{input}"
+
+
+def test_kv_prompt_is_the_sources_json_and_question_byte_for_byte():
     tok = byte_tokenizer()
     p = ib.build("kv_retrieval", tok, frame(tok, False), 2000, 0, 1)
     text = _text(p, tok)
     head = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
-    assert text.startswith(head)
-    body, question = text[len(head):].split("\n\n")
-    pairs = json.loads(body)  # the source writes valid JSON
+    pairs = json.loads(text[len(head): text.index("}") + 1])  # the source writes valid JSON
     assert len(pairs) == p.extra["pairs"] and pairs[p.extra["key"]] == p.answers[0]
-    assert question == f'Key: "{p.extra["key"]}"\nThe value associated with the specified key is: '
+    records = list(pairs.items())
+    context, question = source_kv_sample(records, p.extra["asked_index"])
+    assert text == SOURCE_KV_TEMPLATE.format(context=context, input=question)
+    assert "}\n\n\nKey: " in text
     assert all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", s) for kv in pairs.items() for s in kv)
 
 

@@ -44,6 +44,7 @@ def tokenizer(chat: bool):
 
 def _settings(methods=("none",), lengths="1500", **options):
     options.setdefault("qa_data", str(SQUAD))
+    options.setdefault("doc_count", "largest")  # these tests script answers to build_qa's prompts (RULER's count: test_qa_ruler_reference.py)
     return build_settings(get("qa"), [resolve(m) for m in methods], 2.0, lengths, options)
 
 
@@ -315,7 +316,7 @@ def test_end_to_end_on_a_tiny_model_both_variants(tiny_lm):
     assert {(x["variant"], x["dataset"]) for x in records} == {("qa_1", "ruler-qa_1:squad-dev-v2.0-mini.json"),
                                                                ("qa_2", "ruler-qa_2:hotpot-dev-distractor-mini.json")}  # fmt: skip
     assert r["task"] == "qa"
-    assert json.loads(r["options"]) == {"chat": False, "protocol": "ruler"}
+    assert json.loads(r["options"]) == {"chat": False, "protocol": "ruler", "doc_count": "largest"}
     for variant in ("qa_1", "qa_2"):
         for method in ("none", "yarn"):
             cell = [x for x in records if x["variant"] == variant and x["method"] == method]
