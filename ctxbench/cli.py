@@ -454,8 +454,7 @@ def report(
     from ctxbench.parsing import parse_factors, parse_lengths, split_list, split_methods
     from ctxbench.report.effective import check_threshold
     from ctxbench.report.formats import pivots, to_csv, to_json, to_markdown
-    from ctxbench.results.store import check_results, read_records
-    from ctxbench.tasks.base import check_numbers
+    from ctxbench.results.store import read_records
 
     if fmt not in ("table", "markdown", "csv", "json"):
         raise UserError(f"unknown --format '{fmt}'", "use table, markdown, csv or json")
@@ -482,13 +481,9 @@ def report(
             if not rows:
                 raise UserError(f"results file '{f}' holds no rows", "give a results CSV that ctxbench wrote rows to")
             ids.update({id(r): row_id(f, r) for r in rows})
-        whole, partial = check_results(f, rows, tasks)  # the one validation: a damaged value names its row, exit 2
-        check_numbers(whole, tasks, where=f"'{f}': ")  # a text value would show as a gap in a table that looks whole
+        whole = _shown_rows(f, rows, tasks)
         records += whole
         by_file.append((f, whole))
-        if partial:
-            err.print(f"note: {f}: {len(partial)} partial cell(s) left out ({'; '.join(partial[:3])}{' ...' if len(partial) > 3 else ''}): "
-                      "some of their rows are not in the file (deleted, or left out of a filtered copy) — rerun the command that wrote them to complete them", markup=False)  # fmt: skip
     _check_filters(records, filters)
     ps = pivots(records, tasks, baseline=baseline, threshold=threshold, **filters)
     if html_out:
@@ -530,9 +525,8 @@ def rank(
     """Methods at one length, best first, and which pairs are separated: paired tests on the same
     documents or trials, Holm-adjusted; methods sharing a letter are not separated."""
     from ctxbench.parsing import parse_length, split_list
-    from ctxbench.results.store import load_results
+    from ctxbench.results.store import read_records
     from ctxbench.tasks import registry
-    from ctxbench.tasks.base import check_numbers
 
     if fmt not in ("table", "markdown", "json"):
         raise UserError(f"unknown --format '{fmt}'", "use table, markdown or json")
@@ -542,12 +536,7 @@ def rank(
     tasks = registry()
     records = []
     for f in files:
-        whole, partial = load_results(f, tasks)  # the one validated reader: a damaged value names its row, exit 2
-        check_numbers(whole, tasks, where=f"'{f}': ")  # a text value would drop out of the ranking unsaid
-        records += whole
-        if partial:
-            err.print(f"note: {f}: {len(partial)} partial cell(s) left out ({'; '.join(partial[:3])}{' ...' if len(partial) > 3 else ''}): "
-                      "some of their rows are not in the file — rerun the command that wrote them to complete them", markup=False)  # fmt: skip
+        records += _shown_rows(f, read_records(f), tasks)
     filters = {"task": split_list(task, "--task") if task else None}
     _check_filters(records, filters)
     if n not in {int(float(r["length"])) for r in records}:
@@ -595,6 +584,22 @@ def show_prompt(
               f"seed {record.get('seed', '')} trial {record['trial']}: {len(token_ids)} tokens (model and data digests match the row)",
               markup=False, highlight=False)  # fmt: skip
     sys.stdout.write(json.dumps(list(token_ids)) + "\n" if ids else lm.tokenizer.decode(list(token_ids)) + "\n")
+
+
+def _shown_rows(path: str, rows: list[dict], tasks: dict) -> list[dict]:
+    """The rows ``report`` and ``rank`` show of one file: validated as ``compare`` validates them
+    (``results.store.check_results``: a value outside its domain names its row, exit 2), a value that
+    is no number refused too (it would read as a gap in a table that looks whole), partial cells
+    left out with a note."""
+    from ctxbench.results.store import check_results
+    from ctxbench.tasks.base import check_numbers
+
+    whole, partial = check_results(path, rows, tasks)
+    check_numbers(whole, tasks, where=f"'{path}': ")
+    if partial:
+        err.print(f"note: {path}: {len(partial)} partial cell(s) left out ({'; '.join(partial[:3])}{' ...' if len(partial) > 3 else ''}): "
+                  "some of their rows are not in the file (deleted, or left out of a filtered copy) — rerun the command that wrote them to complete them", markup=False)  # fmt: skip
+    return whole
 
 
 def _check_filters(records: list[dict], filters: dict) -> None:

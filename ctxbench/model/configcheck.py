@@ -76,9 +76,7 @@ def _check_level(config: dict, file: Path, prefix: str) -> None:
     for key in BASE_KEYS:
         _base(config, key, file, prefix)
     for key in FRACTION_KEYS:
-        value = config.get(key)
-        if value is not None and not (_is_number(value) and math.isfinite(value) and 0 < value <= 1):
-            raise _bad(file, prefix + key, value, "the share of each head that is rotated is a number in (0, 1]", f'set "{key}": 1.0 (or the share the model rotates)')
+        _fraction(config, key, file, prefix)
     for key in SCALING_KEYS:
         value = config.get(key)
         if value is None:
@@ -111,14 +109,19 @@ def _base(config: dict, key: str, file: Path, prefix: str) -> None:
                    f'set "{key}": 10000.0 (or the model\'s own base)')  # fmt: skip
 
 
+def _fraction(config: dict, key: str, file: Path, prefix: str) -> None:
+    value = config.get(key)
+    if value is not None and not (_is_number(value) and math.isfinite(value) and 0 < value <= 1):
+        raise _bad(file, prefix + key, value, "the share of each head that is rotated is a number in (0, 1]",
+                   f'set "{key}": 1.0 (or the share the model rotates)')  # fmt: skip
+
+
 def _check_scaling(params: dict, file: Path, prefix: str) -> None:
     """One ``rope_parameters`` / ``rope_scaling`` object: its type known, its required keys present,
     each value of the kind transformers reads."""
     _base(params, "rope_theta", file, prefix)
     _count(params, "original_max_position_embeddings", file, prefix)
-    value = params.get("partial_rotary_factor")
-    if value is not None and not (_is_number(value) and math.isfinite(value) and 0 < value <= 1):
-        raise _bad(file, prefix + "partial_rotary_factor", value, "the share of each head that is rotated is a number in (0, 1]", 'set "partial_rotary_factor": 1.0')
+    _fraction(params, "partial_rotary_factor", file, prefix)
     type_key = "rope_type" if "rope_type" in params else "type"
     rope_type = params.get(type_key, "default")
     if not isinstance(rope_type, str) or not rope_type:

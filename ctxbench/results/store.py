@@ -196,8 +196,8 @@ def one_row_each(path: str | Path, records: list[dict[str, str]]) -> list[dict[s
 def load_results(path: str | Path, tasks: dict | None = None) -> tuple[list[dict[str, str]], list[str]]:
     """The one validated reader of a results file: :func:`read_records` (a regular file under
     :data:`RESULTS_MOST`, UTF-8, a ctxbench header, typed key columns, each value once or a named
-    conflict), then :func:`check_results`. ``compare`` in every mode, ``report`` and ``rank`` read
-    through it."""
+    conflict), then :func:`check_results`. ``compare`` in every mode reads through it; ``report`` and
+    ``rank`` call :func:`check_results` on what they read (report keeps each row's id for ``--html``)."""
     return check_results(path, read_records(path), tasks)
 
 

@@ -111,10 +111,7 @@ def check(settings: TuneSettings, config) -> Space:
         if not has_optuna():
             raise UserError("--sampler tpe needs optuna", "pip install 'ctxbench[tune]', or use --sampler halving")
     engine = _engine(settings.export) if settings.export is not None else None
-    from ctxbench.tasks.corpus import check_local_dataset
-
-    check_local_dataset(settings.dataset, settings.text_column)  # a local file's column, before the model loads
-    _check_enough_documents(settings)
+    _check_enough_documents(settings)  # a local dataset read once: its column, and enough long documents
     if settings.docs < 2:
         raise UserError(f"--docs {settings.docs} must be >= 2 (one to tune on, one held out)", "e.g. --docs 4")
     from ctxbench.methods import resolve
@@ -153,7 +150,8 @@ def _check_enough_documents(settings: TuneSettings) -> None:
     """What :func:`_documents` refuses after the load, refused before the plan where the text alone
     proves it: a document of ``T`` tokens holds at least ``T`` bytes (no tokenizer gives a token
     less than a byte), so a local dataset or the built-in corpus with fewer than two documents of
-    ``T`` bytes cannot give the two the search needs. A hub dataset is only read after the load."""
+    ``T`` bytes cannot give the two the search needs. A hub dataset is only read after the load.
+    The one read of a local dataset before the load, so a missing file or column fails here too."""
     from ctxbench.tasks.corpus import is_local_dataset, load_corpus
 
     if not is_local_dataset(settings.dataset):

@@ -36,6 +36,11 @@ def _key(row: dict) -> tuple[str, ...]:
     return tuple(row.get(c, "") for c in ROW_KEY)
 
 
+def _written(row: dict) -> tuple[str, ...]:
+    """A row as one write made it (its place, time and value): what ``--no-resume`` drops for good."""
+    return (*_key(row), row.get("time", ""), row.get("value", ""))
+
+
 def _units(text: str) -> tuple[tuple[float, float], ...]:
     return tuple((float(s), float(w)) for s, w in json.loads(text or "[]"))
 
@@ -133,7 +138,7 @@ class TrialsFile:
                             f"{other.get('model')} {other.get('model_digest')}, data {other.get('data_digest')})",
                             "give each search its own --out, or pass --no-resume to replace that one")  # fmt: skip
         # --no-resume: the rows there now are dropped at the first write, and never read back
-        self.dropped = {_key(r) + (r.get("time", ""), r.get("value", "")) for r in self.rows} if not resume else set()
+        self.dropped = {_written(r) for r in self.rows} if not resume else set()
         if not resume:
             self.rows = []
 
@@ -161,7 +166,7 @@ class TrialsFile:
             if self.path.exists():  # another writer's rows since we read: keep them
                 mine = {tuple(r.get(c, "") for c in COLUMNS) for r in self.rows}
                 self.rows += [r for r in _read_rows(self.path) if tuple(r.get(c, "") for c in COLUMNS) not in mine
-                              and _key(r) + (r.get("time", ""), r.get("value", "")) not in self.dropped]  # fmt: skip
+                              and _written(r) not in self.dropped]  # fmt: skip
             new = {_key(r) for r in full}
             self.rows = [r for r in self.rows if _key(r) not in new] + full
             buf = io.StringIO()
