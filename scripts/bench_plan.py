@@ -4,7 +4,9 @@ In one process, per ``--dtype``: load the model, measure its throughput as a fir
 from forwards of 1k and 4k tokens and decoding steps on both caches, ``ctxbench.runner.costmodel``;
 ``--cached`` keeps a rate measured before), then per grid the plan as ``execute`` prints it and the
 wall time of ``execute`` running it (tokenising and preparing included, loading not), into a
-fresh results file. Prints both and their ratio, and whether the plan is within 1.5x.
+fresh results file. Prints both and their ratio, and whether the plan is within 1.5x. An
+attention-level method's grid (Self-Extend, DCA) first measures its path's cost factor, as a first
+run of it does, so its plan prices that path's attention at the factor measured.
 
     python scripts/bench_plan.py                       # float32 and bfloat16, the two default grids
     python scripts/bench_plan.py --dtype auto --grid "ppl --method none --len 8k --docs 1"
@@ -23,13 +25,14 @@ from pathlib import Path
 
 from ctxbench.model.load import DEFAULT_MODEL
 from ctxbench.model.size import size_of
-from ctxbench.runner.costmodel import RATES, device_key, measured_rate
+from ctxbench.runner.costmodel import PATH_FACTORS, RATES, device_key, measured_factor, measured_rate
 from ctxbench.runner.grid import Job, ModelConfig, execute
 from ctxbench.runner.plan import plan_table
 from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
 
-GRIDS = ("ppl --method none,yarn --len 1k,2k,4k --docs 2", "passkey --method none --len 2k,4k --trials 2")
+GRIDS = ("ppl --method none,yarn --len 1k,2k,4k --docs 2", "passkey --method none --len 2k,4k --trials 2",
+         "ppl --method self-extend --len 4k,8k --docs 1", "passkey --method self-extend,dca --len 2k,4k --trials 2")
 WITHIN = 1.5
 
 
@@ -57,8 +60,9 @@ def main() -> None:
     for dtype in [d.strip() for d in args.dtype.split(",") if d.strip()]:
         lm = ModelConfig(model=args.model, device=args.device, dtype=dtype).load()
         key = f"{device_key(lm.torch_device.type, lm.dtype)}|{lm.name}"
-        if not args.cached:
-            RATES._write({k: v for k, v in RATES.entries().items() if k != key})  # measure now, as a first run does
+        if not args.cached:  # measure now, as a first run does
+            RATES._write({k: v for k, v in RATES.entries().items() if k != key})
+            PATH_FACTORS._write({k: v for k, v in PATH_FACTORS.entries().items() if not k.startswith(key + "|")})
         t0 = time.perf_counter()
         rate = measured_rate(lm)
         print(f"{lm.name} on {lm.device} {lm.dtype}{' (' + lm.dtype_note + ')' if lm.dtype_note else ''}: "
@@ -67,6 +71,12 @@ def main() -> None:
               f"({time.perf_counter() - t0:.1f} s to measure{', cached' if args.cached else ''})")  # fmt: skip
         for grid in grids:
             jobs = [job_of(grid)]
+            for m in jobs[0].settings.methods:  # each attention path's cost factor, as a first run of it measures it
+                if m.attention_path:
+                    t0 = time.perf_counter()
+                    factor = measured_factor(lm, m, jobs[0].settings.factors[0], rate)
+                    print(f"  attention of {m.label} ({m.attention_path} path): {factor:.2f}x a plain forward's "
+                          f"({time.perf_counter() - t0:.1f} s to measure, or cached)")  # fmt: skip
             plan = plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=size_of(lm))
             with tempfile.TemporaryDirectory() as tmp:
                 t0 = time.perf_counter()

@@ -161,6 +161,16 @@ class Method:
         """``{name: default}`` of the declared parameters (``None``: derived, or required)."""
         return {p.name: p.default for p in self.declared}
 
+    @property
+    def attention_path(self) -> str:
+        """Which of ctxbench's attention paths it runs, read from the fields it fills (never its name):
+        ``branches`` (keys partitioned its own way), ``far`` (a near and a far branch), ``heads`` (a
+        ratio per head), ``query-scale`` (queries scaled by position), joined by ``+`` when it fills
+        several; ``""`` for a method that leaves attention to the model. Plans price each path's
+        attention by its own measured cost factor (:mod:`ctxbench.runner.costmodel`)."""
+        kinds = (("branches", self.branches), ("far", self.far), ("heads", self.head_ratios), ("query-scale", self.query_scale))
+        return "+".join(kind for kind, fn in kinds if fn is not None) if self.attention else ""
+
 
 # ``ctxbench tune``'s factor range: from T/L (every position up to T within s*L) to twice that.
 TUNE_FACTOR = tune_range("log", "T/L (positions up to T within s*L) to 2T/L", lambda L, T: T / L, lambda L, T: 2 * T / L)

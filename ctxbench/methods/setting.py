@@ -39,6 +39,13 @@ class MethodSetting:
         return tuple(m for m in (self.freq, self.attention, self.scaler) if m is not None)
 
     @property
+    def attention_path(self) -> str:
+        """The attention path its parts run (:attr:`Method.attention_path`, ``+``-joined, sorted):
+        ``far+query-scale`` for ``rerope+logn``; ``""`` when the model's own attention runs it."""
+        kinds = {k for m in self.parts for k in m.attention_path.split("+") if k}
+        return "+".join(sorted(kinds))
+
+    @property
     def logn(self) -> bool:
         """A two-branch method that also scales queries by log-n (``rerope+logn``)."""
         return self.scaler is not None and self.scaler.name == "logn"

@@ -201,3 +201,105 @@ def measured_rate(lm, lengths: tuple[int, int] = CALIBRATION_LENGTHS, steps: int
         return Throughput(linear, attention, decode_linear, decode_attention).entry()
 
     return Throughput.from_entry(RATES.lookup(key, measure))
+
+
+# An attention-level method (ReRoPE, Self-Extend, DCA, STRING, Ms-PoE, the log-n family) runs
+# ctxbench's own attention, which costs more or less than the model's plain one. A plan prices each
+# such forward's attention FLOPs at ``factor`` times the plain attention rate:
+#
+#     seconds(n) = linear_flops(n) / R_linear  +  factor(path) * attention_flops(n) / R_attention
+#
+# with ``factor`` measured once per (device, dtype, model, attention path) -- the path as the registry
+# entry's fields say (:attr:`ctxbench.methods.setting.MethodSetting.attention_path`), so every
+# two-branch method shares the factor of the first one measured -- from a forward of the method and a
+# plain one of :data:`FACTOR_LENGTH` tokens in the same measurement:
+#
+#     factor = 1 + (t_method - t_plain) / (t_plain * attention share of the plain forward)
+#
+# the attention share from the fitted rates. Why 4096: the longer calibration length, where attention
+# is 40% of the default model's forward, and past the default window of the two-branch methods on a
+# model trained at 8k (L/4 = 2048), so their far branch runs; on a model trained past 16k the window
+# covers the whole measurement and the factor is that of the near branch and the rotations only.
+FACTOR_LENGTH = CALIBRATION_LENGTHS[-1]
+FACTOR_FIELDS = ("factor", "length", "method")
+# Below 0.05 or above 100 a factor is noise or a broken cache, not a kernel: the plan would be free or
+# hours long. The floor also bounds a measurement on a busy machine (a plain forward slowed after the
+# method's).
+FACTOR_FLOOR, FACTOR_CEILING = 0.05, 100.0
+
+
+def _is_factor(value: object) -> None:
+    """A cost factor a plan can multiply by: exactly :data:`FACTOR_FIELDS`, the factor between
+    :data:`FACTOR_FLOOR` and :data:`FACTOR_CEILING`, measured at a whole number of tokens >= 1."""
+    if not isinstance(value, dict) or set(value) != set(FACTOR_FIELDS):
+        raise BadEntry(f"{type(value).__name__} {str(value)[:60]}, not {{{', '.join(FACTOR_FIELDS)}}}")
+    factor = positive_number(value["factor"], "cost factor")
+    if not FACTOR_FLOOR <= factor <= FACTOR_CEILING:
+        raise BadEntry(f"cost factor {factor:.3g} is implausible: outside {FACTOR_FLOOR}..{FACTOR_CEILING}")
+    if isinstance(value["length"], bool) or not isinstance(value["length"], int) or value["length"] < 1:
+        raise BadEntry(f"length {value['length']!r} is not a whole number of tokens >= 1")
+    if not isinstance(value["method"], str):
+        raise BadEntry(f"method {value['method']!r} is not a method label")
+
+
+# Keyed by device, dtype, model and attention path.
+PATH_FACTORS = JsonCache("attention_costs.json", Schema("attention-cost-factors", 1), _is_factor, then="measured again on the next run")
+
+
+def _factor_key(device: str, dtype: str, model: str, path: str) -> str:
+    return f"{device_key(device, dtype)}|{model}|{path}"
+
+
+def factors_for_plan(device: str, dtype: str, model: str, paths) -> dict[str, float]:
+    """``{path: factor}`` of the attention ``paths`` measured for ``model`` on this device and dtype
+    (a path not measured yet is missing: its plan prices it as a plain forward and says so)."""
+    dev = plan_device(device)
+    dtype = planned_dtype(dev, dtype, model)[0]
+    out = {}
+    for path in paths:
+        entry = PATH_FACTORS.get(_factor_key(dev, dtype, model, path)) if path else None
+        if entry is not None:
+            out[path] = float(entry["factor"])
+    return out
+
+
+def attention_factor(t_method: float, t_plain: float, work: Flops, rate: Throughput) -> float:
+    """The cost factor of a method's attention (see :data:`FACTOR_LENGTH`): its forward's extra
+    seconds over the plain one's, per second of the plain forward's attention, plus one."""
+    linear_s, attention_s = work.linear / rate.linear, work.attention / rate.attention
+    share = attention_s / (linear_s + attention_s)
+    return min(FACTOR_CEILING, max(FACTOR_FLOOR, 1 + (t_method - t_plain) / (t_plain * share)))
+
+
+def measured_factor(lm, setting, factor: float, rate: Throughput, length: int = FACTOR_LENGTH) -> float:
+    """The cost factor of ``setting``'s attention path on the loaded model (cached per device,
+    dtype, model and path): a plain forward and one of ``setting`` at ``factor``, each of ``length``
+    tokens of per-token NLL (what ppl runs; the head in chunks), each after an untimed one of a
+    quarter of the length (the first call of a path pays for its set-up)."""
+    import time
+
+    import torch  # only here: a plan made from the cache imports no torch
+
+    from ctxbench import backends
+    from ctxbench.methods.setting import resolve
+
+    calibration = backends.of(lm).calibration(lm)
+    if calibration is None:
+        raise ValueError(f"the {lm.backend} backend runs no forward of its own to time")
+    device = calibration[0]
+    key = _factor_key(device, lm.dtype, lm.name, setting.attention_path)
+
+    def measure() -> dict:
+        vocab = int(getattr(lm.tokenizer, "vocab_size", 0) or 2)
+        ids = torch.randint(0, min(vocab, 1000), (length,))  # (length,)
+        seconds = []
+        for s, f in ((resolve("none"), 1.0), (setting, factor)):
+            with backends.session(lm, s, f, length) as session:
+                session.token_nll(ids[: max(2, length // 4)])  # warm-up
+                t0 = time.perf_counter()
+                session.token_nll(ids)
+                seconds.append(time.perf_counter() - t0)
+        work = backends.of(lm).size(lm).forward_parts(length)
+        return {"factor": attention_factor(seconds[1], seconds[0], work, rate), "length": length, "method": setting.label}
+
+    return float(PATH_FACTORS.lookup(key, measure)["factor"])

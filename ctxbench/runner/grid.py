@@ -27,7 +27,7 @@ from ctxbench.report.display import summary_tables
 from ctxbench.results.store import ResultsFile, Row, as_strings, cell_key, check_writable, read_records
 from ctxbench.runner import distributed
 from ctxbench.runner.adaptive import run_adaptive
-from ctxbench.runner.costmodel import measured_rate
+from ctxbench.runner.costmodel import measured_factor, measured_rate
 from ctxbench.runner.plan import Todo, plan_table, print_plan
 from ctxbench.runner.progress import TokenProgress
 from ctxbench.runner.settings import (
@@ -212,8 +212,11 @@ def execute(
             show.print(f"[dim]{lm.backend}: {starts} engine start(s), one per method setting and factor "
                        "(and length, for a method that depends on it), each some seconds (the summary says how long)[/]",
                        highlight=False)  # fmt: skip
-        if isinstance(model, ModelConfig) and not plan.measured and plan.flops > CALIBRATE_ABOVE and backend.calibration(lm):
-            _calibrated(show, lm, plan)
+        if isinstance(model, ModelConfig) and plan.flops > CALIBRATE_ABOVE and backend.calibration(lm):
+            if not plan.measured:
+                _calibrated(show, lm, plan)
+            if any(factor is None for _, factor, _ in plan.paths):
+                _path_factors(show, lm, jobs, lambda: _plan_of(jobs, lm, [Todo(tuple(p.grid), tuple(p.todo)) for p in todo]))
     outcome = Outcome(records=[], run_id=run_id, trained_len=lm.geometry.trained_len)
 
     try:
@@ -297,6 +300,32 @@ def _calibrated(show, lm, plan) -> None:
                f"{rate.decode_linear / 1e9:.1f} decoding) for {lm.name} on "
                f"{lm.device} {lm.dtype}: about {plan.seconds_at(rate) / 60:.1f} min in all (cached for the next plans "
                "on this machine)[/]", highlight=False)  # fmt: skip
+
+
+def _path_factors(show, lm, jobs, replan) -> None:
+    """First run of an attention path on this device and dtype: time one forward of its first
+    method (at its first factor) against a plain one (cached for the next plans), and say what the
+    whole run costs with it."""
+
+    try:
+        rate = measured_rate(lm)  # cached by now, or measured just before
+    except Exception:  # noqa: BLE001  no throughput (said above): the plan keeps its plain price
+        return
+    seen = set()
+    for job in jobs:
+        for m in getattr(job.settings, "methods", ()):
+            if not m.attention_path or m.attention_path in seen:
+                continue
+            seen.add(m.attention_path)
+            factor = (getattr(job.settings, "factors", ()) or (1.0,))[0]
+            try:
+                cost = measured_factor(lm, m, factor, rate)
+            except Exception as exc:  # noqa: BLE001  a method that cannot run here keeps the plain price
+                show.print(f"[dim]cost of {m.label}'s attention not measured ({type(exc).__name__}: {exc})[/]", highlight=False)
+                continue
+            show.print(f"[dim]measured the attention of {m.label} ({m.attention_path} path) at {cost:.2f}x a plain forward's "
+                       f"(cached for the next plans)[/]", highlight=False)  # fmt: skip
+    show.print(f"[dim]about {replan().seconds / 60:.1f} min in all with it[/]", highlight=False)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ctxbench.model.size import Flops, model_size
 from ctxbench.parsing import expand_path
-from ctxbench.runner.costmodel import plan_device, planned_dtype, rate_for_plan
+from ctxbench.runner.costmodel import factors_for_plan, plan_device, planned_dtype, rate_for_plan
 
 DEFAULT_TRAINED = 8192  # SmolLM2-135M's trained context, for plans made before the model loads
 LONG_RUN = 15 * 60  # seconds: above this a plan says how to make the run smaller
@@ -52,6 +52,9 @@ class Plan:
     measured: bool = False  # the throughput was measured on this machine (else a default or none)
     dtype: str = ""  # the dtype the run uses (``auto`` resolved)
     dtype_note: str = ""  # why, when it was ``auto`` (ctxbench.model.autodtype)
+    # (attention path, its cost factor or None when not measured yet, the method labels taking it),
+    # per attention-level path in the plan (ctxbench.runner.costmodel: its attention priced at factor x plain)
+    paths: tuple[tuple[str, float | None, tuple[str, ...]], ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -83,14 +86,25 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
     caveat = {"config": "", "name": " (size from its name)", "assumed": " (size unknown: the default model's assumed)"}[size.source]
     basis = f"{size.name}, {basis}{caveat}"
     out = []
+    job_items = []
     for i, job in enumerate(jobs):
         todo = None if pending is None else pending[i]
-        items = job.task.cost(job.settings, trained) if todo is None else pending_items(job, todo, trained)
+        job_items.append(job.task.cost(job.settings, trained) if todo is None else pending_items(job, todo, trained))
+    priced = {item.path for items in job_items for item in items if item.path}
+    paths: dict[str, list[str]] = {}  # attention path -> the methods taking it, in the plan's order
+    for m in (m for job in jobs for m in getattr(job.settings, "methods", ()) if m.attention_path in priced):
+        if m.label not in paths.setdefault(m.attention_path, []):
+            paths[m.attention_path].append(m.label)
+    factors = factors_for_plan(device, dtype, model, paths) if rate else {}
+    for i, job in enumerate(jobs):
+        todo = None if pending is None else pending[i]
+        items = job_items[i]
         rows, total = [], Flops()
         for item in items:  # each distinct forward once, times its count: O(cells), never O(trials)
             runs = item.runs()
             longest = max((n + c for n, c, _ in runs), default=0)
             work = sum((k * size.forward_parts(n, cached=c) for n, c, k in runs), Flops())
+            work = replace(work, attention=work.attention * factors.get(item.path, 1.0))  # its own attention's cost
             if item.decode_steps:
                 work = work + item.decode_steps * size.step_parts(longest)
             seconds = rate.seconds(work) if rate else float("nan")
@@ -108,7 +122,8 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
                            work=total, options=tuple(job.task.option_names()), items=every))  # fmt: skip
         if todo is not None:
             out[-1] = replace(out[-1], done=len(todo.grid) - len(todo.cells))
-    return Plan(model, tuple(out), basis, rate is not None, measured, dtype, dtype_note)
+    return Plan(model, tuple(out), basis, rate is not None, measured, dtype, dtype_note,
+                tuple((path, factors.get(path), tuple(labels)) for path, labels in paths.items()))
 
 
 @dataclass(frozen=True)
@@ -192,6 +207,11 @@ def print_plan(console, plan: Plan, out=None) -> None:
             console.print(f"  [dim]--trials all: every item of the data, {sum(j.items.values()):,} in all ({each}), each a trial of every cell of its variant[/]")
         if j.trials and not j.auto:
             console.print(f"  [dim]{interval_note(j.trials)}[/]")
+    for path, factor, labels in plan.paths if plan.timed else ():
+        how = (f"priced at {factor:.2f}x a plain forward's (measured on this machine)" if factor is not None else
+               "priced as a plain forward's (its cost factor is not measured yet: a run long enough to measure the "
+               "throughput measures it too)")  # fmt: skip
+        console.print(f"[dim]attention of {', '.join(labels)} ({path} path) {how}[/]", highlight=False)
     if plan.dtype_note:
         console.print(f"[dim]dtype {plan.dtype} ({plan.dtype_note})[/]", highlight=False)
     if plan.timed and plan.seconds > LONG_RUN:

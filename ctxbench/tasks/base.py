@@ -183,6 +183,9 @@ class CostItem:
     what: str = ""
     cached: tuple[int, ...] = ()  # tokens already cached before each forward (missing: none)
     counts: tuple[int, ...] = ()  # times each forward runs (missing: once)
+    # the attention path its method runs (MethodSetting.attention_path; "": the model's own), whose
+    # measured cost factor prices its forwards' attention (ctxbench.runner.costmodel)
+    path: str = ""
 
     def runs(self) -> list[tuple[int, int, int]]:
         """``(tokens, cached, times)`` of each forward as stated (``times`` from ``counts``)."""

@@ -175,7 +175,7 @@ def cost(spec: Spec, settings: Settings, trained_len: int) -> list[CostItem]:
                 forwards = tuple(max(1, spec.forward(settings, n) if spec.forward else n - spec.max_new_tokens) for n in lengths)
                 items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(k,) * len(forwards),
                                       decode_steps=len(lengths) * k * spec.max_new_tokens,
-                                      what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
+                                      what=f"{m.label} x{f:g}" if f else m.label, path=m.attention_path))  # fmt: skip
     return items
 
 

@@ -264,7 +264,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
         for m in settings.methods:
             for _ in factors_for(m, settings.factors):
                 out.append(CostItem(cells=len(lengths), forwards=tuple(lengths), counts=(n * (1 if steps else 4),) * len(lengths),
-                                    decode_steps=len(lengths) * n * steps, what=f"{b} {m.label} ({n} items)"))  # fmt: skip
+                                    decode_steps=len(lengths) * n * steps, what=f"{b} {m.label} ({n} items)", path=m.attention_path))  # fmt: skip
     return out
 
 

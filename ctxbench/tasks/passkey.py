@@ -264,9 +264,9 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
             forwards, cached, counts = shared_prefix_cost(lengths, settings.depths, most_trials(settings), share=m.causal)
             steps = len(lengths) * len(settings.depths) * most_trials(settings) * settings.max_new_tokens
             items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps, cached=cached,
-                                  counts=counts, what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
+                                  counts=counts, what=f"{m.label} x{f:g}" if f else m.label, path=m.attention_path))  # fmt: skip
             if settings.metrics and not m.causal:  # scored in the trials' prefills, but for a non-causal method
-                items.append(CostItem(cells=0, forwards=forwards, cached=cached, counts=counts, what=f"{m.label} answer_nll"))
+                items.append(CostItem(cells=0, forwards=forwards, cached=cached, counts=counts, what=f"{m.label} answer_nll", path=m.attention_path))
     return items
 
 

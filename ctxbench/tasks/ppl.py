@@ -214,7 +214,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
             else:  # one forward per document at the longest length
                 forwards, times = (max(lengths),), settings.docs
             items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(times,) * len(forwards),
-                                  what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
+                                  what=f"{m.label} x{f:g}" if f else m.label, path=m.attention_path))  # fmt: skip
     if settings.metrics:  # the unscaled model's references, once per document of about the longest length
         windows = Counter(proxy.evaluator_forwards(max(lengths), trained_len, settings.metrics))
         items.append(CostItem(cells=0, forwards=tuple(windows), counts=tuple(k * settings.docs for k in windows.values()),

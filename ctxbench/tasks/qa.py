@@ -233,7 +233,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
                 forwards = tuple(max(1, n - TOKENS_TO_GENERATE) for n in lengths)  # once per length, times the trials
                 items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(k,) * len(forwards),
                                       decode_steps=len(lengths) * k * TOKENS_TO_GENERATE,
-                                      what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
+                                      what=f"{m.label} x{f:g}" if f else m.label, path=m.attention_path))  # fmt: skip
     return items
 
 

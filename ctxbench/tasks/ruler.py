@@ -216,9 +216,9 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
                 forwards, cached, counts = shared_prefix_cost(lengths, depths, most_trials(settings), share=m.causal)
                 items.append(CostItem(cells=len(lengths) * len(depths), forwards=forwards, cached=cached, counts=counts,
                                       decode_steps=len(lengths) * len(depths) * most_trials(settings) * steps,
-                                      what=f"{m.label} x{f:g}" if f else m.label))  # fmt: skip
+                                      what=f"{m.label} x{f:g}" if f else m.label, path=m.attention_path))  # fmt: skip
                 if settings.metrics and not m.causal:  # scored in the trials' prefills, but for a non-causal method
-                    items.append(CostItem(cells=0, forwards=forwards, cached=cached, counts=counts, what=f"{m.label} answer_nll"))
+                    items.append(CostItem(cells=0, forwards=forwards, cached=cached, counts=counts, what=f"{m.label} answer_nll", path=m.attention_path))
     return items
 
 

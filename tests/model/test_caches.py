@@ -24,13 +24,23 @@ from helpers import byte_tokenizer, save_with_tokenizer, tiny_llama
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
+from ctxbench.methods.setting import resolve
 from ctxbench.model.autodtype import PROBES, cached_probe, probe, probe_key
 from ctxbench.model.cache import MANIFEST, digest, seal_dir
 from ctxbench.model.files import DIGESTS, GEOMETRY, _file_key, file_digest, load_config, load_geometry
 from ctxbench.model.geometry import RopeGeometry
 from ctxbench.model.load import MODEL_SCHEMA, _save_dequantised, _verified_model, wrap
 from ctxbench.model.size import SIZES, ModelSize, model_size
-from ctxbench.runner.costmodel import DEFAULT_CPU, RATES, device_key, measured_rate, rate_for_plan
+from ctxbench.runner.costmodel import (
+    DEFAULT_CPU,
+    PATH_FACTORS,
+    RATES,
+    device_key,
+    factors_for_plan,
+    measured_factor,
+    measured_rate,
+    rate_for_plan,
+)
 from ctxbench.tasks.corpus import Tokenized, _corpus
 
 NOTE = "note: ignored a bad cache entry "
@@ -89,6 +99,13 @@ def _plan_rate(env):
     return rate, measured
 
 
+GOOD_FACTOR = {"factor": 1.3, "length": 4096, "method": "self-extend"}  # "measured before": Self-Extend's attention, 1.3x plain
+
+
+def _factor_key(env) -> str:
+    return f"{device_key('cpu', 'float32')}|smollm2-135m|far"
+
+
 KINDS = {
     "digests": JsonKind(
         "digests", DIGESTS, lambda env: _file_key(_weights(env)), lambda env: file_digest(_weights(env)),
@@ -118,6 +135,11 @@ KINDS = {
         "rates", RATES, _rate_key, lambda env: RATES.lookup(_rate_key(env), lambda: dict(GOOD_RATE)),
         _plan_rate, lambda env: (DEFAULT_CPU, False),
         lambda value: {**value, "linear": value["linear"] * 10},
+    ),
+    "attention costs": JsonKind(  # read by every plan of an attention-level method; a bad entry prices it as plain
+        "attention costs", PATH_FACTORS, _factor_key, lambda env: PATH_FACTORS.lookup(_factor_key(env), lambda: dict(GOOD_FACTOR)),
+        lambda env: factors_for_plan("cpu", "float32", "smollm2-135m", ["far"]), lambda env: {},
+        lambda value: {**value, "factor": value["factor"] * 2},
     ),
 }  # fmt: skip
 
@@ -205,6 +227,17 @@ VALUE_POISONS = {
         "a list": lambda v: [v["linear"], v["decode_linear"]],
         "null": lambda v: None,
     },
+    "attention costs": {
+        "zero factor": lambda v: {**v, "factor": 0},
+        "NaN factor": lambda v: {**v, "factor": float("nan")},
+        "a factor of 1000": lambda v: {**v, "factor": 1000.0},
+        "factor as text": lambda v: {**v, "factor": "slow"},
+        "length as bool": lambda v: {**v, "length": True},
+        "no length": lambda v: {**v, "length": 0},
+        "method not a label": lambda v: {**v, "method": 3},
+        "an extra field": lambda v: {**v, "extra": 1.0},
+        "a bare number": lambda v: v["factor"],
+    },
     "digests": {
         "not hex": lambda v: "sha256:zzzzzzzzzzzzzzzz",
         "a number": lambda v: 12345,
@@ -258,6 +291,9 @@ def test_a_poisoned_json_cache_entry_is_noted_never_used_and_rebuilt(env, kind_n
     if kind_name == "rates":  # read-only for plans; the next run measures it again and stores it
         rate = measured_rate(wrap(tiny_llama(), env["tokenizer"], name="smollm2-135m"))
         assert _plan_rate(env) == (rate, True)
+    if kind_name == "attention costs":  # read-only for plans; the next long run measures it again
+        lm = wrap(tiny_llama(), env["tokenizer"], name="smollm2-135m")
+        measured_factor(lm, resolve("self-extend"), 2.0, DEFAULT_CPU, length=64)
     assert kind.cache.get(kind.key(env)) is not None and path.is_file()  # rebuilt, and it verifies
     _silent(capsys)
 
