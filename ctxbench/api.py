@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
-from ctxbench.results.store import COLUMNS, read_records
+from ctxbench.results import store
+from ctxbench.results.store import COLUMNS
 from ctxbench.runner.grid import Job, ModelConfig, execute
 from ctxbench.runner.settings import build_settings, resolve_methods
 from ctxbench.runner.suite import default_out, load_suite
@@ -197,8 +198,10 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
 def load_results(*paths: str | os.PathLike) -> pd.DataFrame:
     """Read one or more ctxbench results files into one DataFrame.
 
-    Every file is checked as `ctxbench report` checks it (its columns, and no value that no run
-    can produce); a bad one raises `ctxbench.errors.UserError` naming it.
+    Every file goes through the one validated reader `report`, `rank` and `compare` use
+    (`ctxbench.results.store.load_results`): a ctxbench header and typed key columns, and no value
+    that no run can produce; a bad file raises `ctxbench.errors.UserError` naming it. The cells a
+    killed run left partial are left out, as those commands leave them out.
 
     Args:
         *paths: results CSV files.
@@ -209,5 +212,5 @@ def load_results(*paths: str | os.PathLike) -> pd.DataFrame:
 
     records = []
     for path in paths:
-        records += read_records(path)
+        records += store.load_results(path)[0]
     return to_frame(records)

@@ -664,6 +664,41 @@ def backend_bench(path: str = "results/backend-bench.md") -> None:
     _out(text)
 
 
+PEERS = "results/peer-bench.md"
+
+
+def peer_bench(path: str = PEERS) -> None:
+    """The table ``scripts/bench_peers.py`` wrote on its last committed run (its title left out)."""
+    _out("\n".join((ROOT / path).read_text().strip().splitlines()[2:]))
+
+
+def _peer_rows(path: str = PEERS) -> tuple[str, dict[str, list[str]]]:
+    """(the run's first line: date, CPU, versions; {job: its cells}) of the committed peer table."""
+    lines = (ROOT / path).read_text().splitlines()
+    rows = {}
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 5 and cells[0] not in ("job", "---"):
+            rows[cells[0]] = cells
+    return lines[2], rows
+
+
+def peer_speed_line(path: str = PEERS) -> None:
+    """The README's speed line: the grid's, the single length's and the memory ratio against lm-eval,
+    from the committed peer table, with its date and CPU."""
+    import re
+
+    head, rows = _peer_rows(path)
+    when = re.search(r"on (\d{4}-\d{2}-\d{2}), ([^,]+),", head)
+    grid = next(r for job, r in rows.items() if job.startswith("grid"))
+    single = next(r for job, r in rows.items() if job.startswith("one length") and "(float32)" in job)
+    mem = single[4].split(" ")[0]
+    _out(f"Against lm-evaluation-harness's Python API on the same model copy, documents and targets "
+         f"(`scripts/bench_peers.py`, {when.group(1)}, {when.group(2)}, float32, whole processes): the perplexity grid "
+         f"{grid[3]} faster, one 8k length {single[3]} faster, peak memory at 8k {mem}x lm-eval's "
+         f"([the table](docs/performance.md#ctxbench-against-lm-evaluation-harness)).")
+
+
 # --- what ran on a GPU ----------------------------------------------------------------------------
 
 GPU_DIR = "results/gpu"

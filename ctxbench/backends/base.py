@@ -27,10 +27,14 @@ class Session(Protocol):
         (:func:`ctxbench.model.scoring.sliding_nll`'s protocol)."""
 
     def answers(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, finished=None, share: bool = True,
-                continuations=None) -> Iterator:  # fmt: skip
+                continuations=None, think=None) -> Iterator:  # fmt: skip
         """Greedy answers (:class:`ctxbench.model.decoding.Answer`, any order) of every prompt, stopping
         at the model's stop tokens; with ``continuations``, each answer's ``nll`` is the teacher-forced
-        NLL of its expected continuation after the prompt."""
+        NLL of its expected continuation after the prompt. ``think``
+        (:class:`ctxbench.model.thinking.Thinking`): each answer thinks up to its budget, the
+        end-of-think token put in where the budget runs out (``Answer.forced``), then answers with
+        up to ``max_new_tokens``; ``Answer.tokens`` holds all new tokens, reasoning included (the
+        caller strips it, :func:`ctxbench.model.thinking.split`)."""
 
     def scores(self, prompts: Sequence[Sequence[int]], continuations, share: bool = True) -> Iterator:
         """Teacher-forced NLL of ``continuations[i]`` after ``prompts[i]``

@@ -113,11 +113,11 @@ class HfSession:
 
         return sliding_nll(self.lm.model, ids, window, stride, chunk)
 
-    def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None):
+    def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None, think=None):
         from ctxbench.model.decoding import decode_shared, stop_tokens
 
         return decode_shared(self.lm.model, prompts, max_new_tokens, stop_tokens(self.lm.model, self.lm.tokenizer),
-                             finished=finished, share=share, continuations=continuations)  # fmt: skip
+                             finished=finished, share=share, continuations=continuations, think=think)  # fmt: skip
 
     def scores(self, prompts, continuations, share: bool = True):
         from ctxbench.model.decoding import score_shared

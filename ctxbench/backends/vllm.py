@@ -605,17 +605,58 @@ class VllmSession:
         lps = self._prompt_logprobs([ids[b:e] for b, e, _ in windows])
         return -torch.tensor([x for (_, _, first), lp in zip(windows, lps, strict=True) for x in lp[first - 1 :]], dtype=torch.float32)
 
-    def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None):
+    def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None, think=None):
         from ctxbench.model.decoding import Answer
 
         nlls = {s.index: s.nll for s in self.scores(prompts, continuations)} if continuations is not None else {}
-        params = self._params(max_tokens=max_new_tokens, temperature=0.0, stop_token_ids=list(self.lm.stop), ignore_eos=True,
-                                detokenize=False)  # fmt: skip
         t0 = time.perf_counter()
-        outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        if think is None:
+            outs = [tuple(o) for o in self._generate([list(p) for p in prompts], max_new_tokens, ())]
+            forced = [False] * len(prompts)
+        else:
+            outs, forced = self._thought([list(p) for p in prompts], max_new_tokens, think)
         each = (time.perf_counter() - t0) / max(1, len(prompts))
         for i, o in enumerate(outs):
-            yield Answer(i, tuple(int(t) for t in o.outputs[0].token_ids), each, nlls.get(i))
+            yield Answer(i, o, each, nlls.get(i), forced=forced[i])
+
+    def _generate(self, prompts: list[list[int]], max_tokens: int, more_stops: tuple[int, ...]) -> list[list[int]]:
+        """Greedy new tokens of each prompt, stopping at the model's stop tokens and ``more_stops``
+        (a stop token the engine leaves out of its output is put back: the caller reads it)."""
+        stops = [*self.lm.stop, *more_stops]
+        params = self._params(max_tokens=max_tokens, temperature=0.0, stop_token_ids=stops, ignore_eos=True, detokenize=False)
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        new = []
+        for o in outs:
+            ids = [int(t) for t in o.outputs[0].token_ids]
+            reason = getattr(o.outputs[0], "stop_reason", None)
+            if isinstance(reason, int) and reason in stops and (not ids or ids[-1] != reason):
+                ids.append(reason)
+            new.append(ids)
+        return new
+
+    def _thought(self, prompts: list[list[int]], max_new_tokens: int, think) -> tuple[list[tuple[int, ...]], list[bool]]:
+        """Qwen's two-step generation: up to the thinking budget with the end-of-think tag as a stop
+        token, each answer replayed through ctxbench's own steer (:func:`ctxbench.model.thinking.replay`:
+        the tag put in where the budget ran out; the engine's reasoning parser is never asked), then
+        the unfinished ones continue from their prompt plus what they kept (the engine's prefix cache
+        holds the prompt) for the rest of their answer budget."""
+        from ctxbench.model.thinking import replay
+
+        first = self._generate(prompts, think.steps(0), (think.close,))
+        kept, steers, todo = [], [], []
+        for i, (p, out) in enumerate(zip(prompts, first, strict=True)):
+            k, steer, ended = replay(think, p, max_new_tokens, out, self.lm.stop)
+            kept.append(k)
+            steers.append(steer)
+            if not ended and max_new_tokens - steer.answered > 0:
+                todo.append(i)
+        by_left: dict[int, list[int]] = {}
+        for i in todo:
+            by_left.setdefault(max_new_tokens - steers[i].answered, []).append(i)
+        for left, idx in by_left.items():
+            for i, more in zip(idx, self._generate([prompts[i] + kept[i] for i in idx], left, ()), strict=True):
+                kept[i] += more
+        return [tuple(k) for k in kept], [s.forced for s in steers]
 
     def scores(self, prompts, continuations, share: bool = True):
         import torch

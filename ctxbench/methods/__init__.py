@@ -75,7 +75,6 @@ from ctxbench.methods.engines import (  # noqa: F401
     DCA_VLLM_REFUSAL,
     DUAL_CHUNK_MODELS,
     DYNAMIC_IN_VLLM,
-    VLLM_DUAL_CHUNK_MODELS,
     VLLM_ROPE_TYPES,
     Exports,
     dynamic_ntk_rope,

@@ -238,7 +238,6 @@ def proportional_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[
 # SGLang runs it (``--attention-backend dual_chunk_flash_attn``, the model's config holding
 # ``dual_chunk_attention_config``), as vLLM did, for these model types only (others ignore the config).
 DUAL_CHUNK_MODELS = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
-VLLM_DUAL_CHUNK_MODELS = DUAL_CHUNK_MODELS  # its name before
 DCA_REFUSAL = "{engine} has no dual chunk attention (it changes attention itself; SGLang runs it, see the vllm refusal)"
 DCA_VLLM_REFUSAL = (
     "vLLM 0.11 removed its dual-chunk attention backend (the V0 engine's DUAL_CHUNK_FLASH_ATTN) and its V1 engine has none, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ctxbench.errors import UserError
-from ctxbench.methods.params import LONGROPE_FACTORS, Array, read_factors
+from ctxbench.methods.params import LONGROPE_FACTORS, YARN_BETA_FAST, YARN_BETA_SLOW, Array, read_factors
 from ctxbench.model.geometry import RopeGeometry
 
 
@@ -94,8 +94,8 @@ def yarn_freqs(
     geom: RopeGeometry,
     factor: float,
     seq_len: int, *, xp,
-    beta_fast: float = 32.0,
-    beta_slow: float = 1.0,
+    beta_fast: float = YARN_BETA_FAST,
+    beta_slow: float = YARN_BETA_SLOW,
     truncate: bool = True,
     attention_factor: float | None = None,
 ) -> tuple[Array, float]:
@@ -126,8 +126,8 @@ def dynamic_yarn_freqs(
     geom: RopeGeometry,
     factor: float,
     seq_len: int, *, xp,
-    beta_fast: float = 32.0,
-    beta_slow: float = 1.0,
+    beta_fast: float = YARN_BETA_FAST,
+    beta_slow: float = YARN_BETA_SLOW,
 ) -> tuple[Array, float]:
     """Dynamic YaRN (YaRN repo): ``yarn`` with ``s = max(1, l/L)`` for each sequence; the given
     factor is not used."""

@@ -281,11 +281,14 @@ _CHECKS = {"float": _check_float, "int": _check_int, "length": _check_length, "b
 # Parameters several methods share, declared once.
 # Tuning ranges of YaRN's betas: the paper's 32 and 1 (Llama 2) sit inside, and beta_slow's range ends
 # below beta_fast's, so that every point keeps beta_fast > beta_slow.
+# YaRN's betas as the paper sets them for Llama 2 (arXiv 2309.00071, sec. 3.2: alpha = 1, beta = 32),
+# and transformers' defaults: the one place they are written (the frequency functions' defaults read them).
+YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0
 TUNE_BETA_FAST = tune_range("log", "rotations in L: 8 to 64 around the YaRN paper's 32", 8, 64)
 TUNE_BETA_SLOW = tune_range("log", "rotations in L: 0.25 to 4 around the YaRN paper's 1 (below beta_fast's range)", 0.25, 4)
-BETA_FAST = Param("beta_fast", 32.0, "float", "rotations in L above which a pair is kept, not interpolated",
+BETA_FAST = Param("beta_fast", YARN_BETA_FAST, "float", "rotations in L above which a pair is kept, not interpolated",
                   low=0, low_inclusive=False, high=MOST_ROTATIONS, greater_than="beta_slow", tune=TUNE_BETA_FAST)  # fmt: skip
-BETA_SLOW = Param("beta_slow", 1.0, "float", "rotations in L below which a pair is fully interpolated", low=0, low_inclusive=False,
+BETA_SLOW = Param("beta_slow", YARN_BETA_SLOW, "float", "rotations in L below which a pair is fully interpolated", low=0, low_inclusive=False,
                   high=MOST_ROTATIONS, tune=TUNE_BETA_SLOW)  # fmt: skip
 WINDOW = Param("window", None, "length", "neighbours within w tokens keep exact positions; auto: L/4", low=1, high=MOST_LENGTH,
                example="1k", tune=tune_range("grid", "L/16, L/8, L/4 (the default), L/2", lambda L, T: (L // 16, L // 8, L // 4, L // 2)))  # fmt: skip

@@ -70,6 +70,7 @@ class Answer:
     tokens: tuple[int, ...]  # the new tokens
     seconds: float  # this prompt's share of the time spent
     nll: torch.Tensor | None = None  # (k,) float32 NLL of each token of the prompt's continuation, when given
+    forced: bool = False  # the thinking budget ran out: ctxbench put the end-of-think token in (``think``)
 
 
 def stop_tokens(model, tokenizer) -> tuple[int, ...]:
@@ -87,13 +88,17 @@ def stop_tokens(model, tokenizer) -> tuple[int, ...]:
 
 @torch.inference_mode()
 def greedy(model, ids: torch.Tensor | None, max_new_tokens: int, eos: int | Sequence[int] | None, cache=None,
-           finished=None, logits: torch.Tensor | None = None) -> list[list[int]]:  # fmt: skip
+           finished=None, logits: torch.Tensor | None = None, steers=None) -> list[list[int]]:  # fmt: skip
     """Greedy decoding of a batch ``ids`` (batch, n) continuing ``cache``; only the last
     position's logits are computed (``logits_to_keep=1``). A row stops at ``eos`` (an id or
     several, see :func:`stop_tokens`), or once
     ``finished(row, tokens)`` says its result can no longer change; the batch stops when all have.
     ``logits`` (batch, vocab): the prompts' last-position logits when ``cache`` already holds the
-    prompts (``ids`` is then not fed)."""
+    prompts (``ids`` is then not fed). ``steers`` (one :class:`ctxbench.model.thinking.Steer` per
+    row): a thinking budget; each row's token goes through its steer (the end-of-think token put in
+    where the budget runs out, fed on the same cache: one generation), the row stops once its
+    answer budget is spent, and ``finished`` sees the answer's tokens only, never the reasoning.
+    ``max_new_tokens`` is then the most steps of all (:meth:`ctxbench.model.thinking.Thinking.steps`)."""
     from transformers import DynamicCache
 
     cache = DynamicCache() if cache is None else cache
@@ -107,8 +112,16 @@ def greedy(model, ids: torch.Tensor | None, max_new_tokens: int, eos: int | Sequ
         token = logits.argmax(dim=-1)  # (batch,)
         for b in range(batch):
             if not done[b]:
-                new[b].append(int(token[b]))
-                if finished is not None and finished(b, new[b]):
+                t = int(token[b])
+                if steers is not None:
+                    fed = steers[b].take(t)
+                    if fed != t:
+                        token[b] = t = fed
+                new[b].append(t)
+                seen = new[b] if steers is None else steers[b].answer(new[b])
+                if finished is not None and seen and finished(b, new[b] if steers is None else list(seen)):
+                    done[b] = True
+                if steers is not None and steers[b].spent:
                     done[b] = True
         if stops is not None:
             done |= torch.isin(token, stops)
@@ -196,19 +209,23 @@ def plan(prompts: Sequence[Sequence[int]], share: bool = True) -> Plan:
 
 def decode_shared(
     model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: int | Sequence[int] | None, budget: int = CACHE_BUDGET,
-    finished=None, share: bool = True, continuations: Sequence[Sequence[int]] | None = None,
+    finished=None, share: bool = True, continuations: Sequence[Sequence[int]] | None = None, think=None,
 ) -> Iterator[Answer]:
     """Greedy answers of every prompt, yielded group by group (see the module docstring).
     ``finished(i, tokens)``: prompt ``i``'s answer so far is final (its decoding may stop).
     ``share=False``: no shared prefix, each prompt prefilled whole and decoded alone.
     ``continuations[i]`` (k_i >= 1 tokens): also score it after prompt ``i`` in the prompt's own
     prefill (:attr:`Answer.nll`, as :func:`score_shared` computes it); only with ``share``, since
-    under a non-causal method the continuation's tokens would change what the prompt's positions see."""
+    under a non-causal method the continuation's tokens would change what the prompt's positions see.
+    ``think`` (:class:`ctxbench.model.thinking.Thinking`): each answer thinks up to its budget, then
+    answers with up to ``max_new_tokens`` (:func:`greedy`'s ``steers``); :attr:`Answer.tokens` holds
+    all of it, :attr:`Answer.forced` whether the budget ran out."""
+    steps = max_new_tokens if think is None else think.steps(max_new_tokens)
     if continuations is not None and not share:
         raise ValueError("continuations are scored in the prompt's prefill, which a non-causal method cannot share")
     device = next(model.parameters()).device
     copies = 1 if continuations is None else 2  # scoring runs on a copy of the prompts' cache
-    per_prompt = cache_bytes_per_token(model) * copies * (max(len(q) for q in prompts) + max_new_tokens)
+    per_prompt = cache_bytes_per_token(model) * copies * (max(len(q) for q in prompts) + steps)
     batch = max(1, budget // max(1, per_prompt))
     for g, members, base, shared_seconds in _shared_groups(model, prompts, share):
         by_size: dict[tuple[int, int], list[int]] = {}  # (prompt, continuation) token counts -> prompts
@@ -222,15 +239,16 @@ def decode_shared(
                 if len(chunk) > 1:
                     cache.batch_repeat_interleave(len(chunk))
                 stop = None if finished is None else (lambda b, new, chunk=chunk: finished(chunk[b], new))
+                steers = None if think is None else [think.steer(prompts[i], max_new_tokens) for i in chunk]
                 if continuations is None:
                     suffix = torch.tensor([list(prompts[i][g:]) for i in chunk], device=device)  # (batch, n - g)
-                    outs, nlls = greedy(model, suffix, max_new_tokens, eos, cache, stop), [None] * len(chunk)
+                    outs, nlls = greedy(model, suffix, steps, eos, cache, stop, steers=steers), [None] * len(chunk)
                 else:
                     logits, nlls = _prefill_scored(model, [prompts[i][g:] for i in chunk], [continuations[i] for i in chunk], cache)
-                    outs = greedy(model, None, max_new_tokens, eos, cache, stop, logits=logits)
+                    outs = greedy(model, None, steps, eos, cache, stop, logits=logits, steers=steers)
                 spent = (time.perf_counter() - t0) / len(chunk)
-                for i, new, nll in zip(chunk, outs, nlls, strict=True):
-                    yield Answer(i, tuple(new), shared_seconds + spent, nll)
+                for b, (i, new, nll) in enumerate(zip(chunk, outs, nlls, strict=True)):
+                    yield Answer(i, tuple(new), shared_seconds + spent, nll, forced=bool(steers and steers[b].forced))
         del base  # before the next group's cache is built: one group's cache at a time
 
 

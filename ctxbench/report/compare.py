@@ -43,7 +43,7 @@ from ctxbench.parsing import len_label
 from ctxbench.report.effective import check_threshold
 from ctxbench.report.formats import pivots
 from ctxbench.report.pivot import Headline, effective_all_pass, headline_of
-from ctxbench.results.identity import SETTING, VIEW, table_view_key
+from ctxbench.results.identity import SETTING, VIEW, field, paired_setting, table_view_key
 from ctxbench.results.store import load_results
 from ctxbench.tasks import registry
 from ctxbench.tasks.proxy import HIGHER_IS_BETTER
@@ -110,6 +110,32 @@ def _cells(records: list[dict], tasks, across_dtypes: bool = False) -> tuple[dic
     names = [*VIEW, "metric"]
     return ({k: (dict(zip(names, k, strict=True)), r) for k, r in out.items()}, bounds,
             {k: list(v.values()) for k, v in trials.items()})  # fmt: skip
+
+
+def _sides_differ(base: dict, new: dict, tasks) -> list[str]:
+    """One line per task and variant whose cells in the two files differ only in an option compared
+    side by side (the prompt mode, :func:`ctxbench.results.identity.paired_setting`): they are
+    different cells, so ``compare`` does not pair them (each is missing from the other file), and
+    says why rather than only that."""
+    def free(cells: dict, other: dict) -> dict:
+        out = {}
+        for key, (info, r) in cells.items():
+            if key in other:
+                continue
+            setting, side = paired_setting(r, tasks)
+            if side:
+                rest = tuple(field(r, c) for c in ("model", "task", "variant", "label", "factor", "length", "depth"))
+                out.setdefault((*rest, setting, info["metric"]), set()).add(side)
+        return out
+
+    only_base, only_new = free(base, new), free(new, base)
+    said = {}
+    for k in only_base.keys() & only_new.keys():
+        a, b = " and ".join(sorted(only_base[k])), " and ".join(sorted(only_new[k]))
+        if a != b:
+            said.setdefault((k[1], k[2], a, b), None)
+    return [f"{task}{' ' + variant if variant else ''}: BASE ran prompt mode {a}, NEW {b}; those cells are not paired "
+            "(compare runs of one mode, or rank both modes of one file)" for task, variant, a, b in said]  # fmt: skip
 
 
 RTOL = 0.02  # the default tolerance of a rerun: relative for values, absolute points for fractions
@@ -196,6 +222,7 @@ def compare(base_path: str, new_path: str, rtol: float = RTOL, threshold: float 
         changes.append(Change(info, bv, nv, status, reason, bci, nci))
     notes += [f"{metric}: measured in one file only for {k} cell(s), not compared (run both with --metrics {metric})"
               for metric, k in sorted(one_sided.items())]  # fmt: skip
+    notes += _sides_differ(base, new, tasks)
     changes += _effective_changes(base_records, new_records, tasks, threshold, across_dtypes)
     return changes, notes
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ctxbench.report.effective import annotate
-from ctxbench.report.pivot import Pivot, build, fmt_effective, fmt_value, len_label
+from ctxbench.report.pivot import Pivot, build, fmt_effective, fmt_value, len_label, ran_out_note
 from ctxbench.tasks import registry
 
 
@@ -16,7 +16,8 @@ def pivot_table(p: Pivot):
 
     title = p.title + (f", trained at {len_label(p.trained_len)}" if p.trained_len else "")
     beyond = p.trained_len and any(n > p.trained_len for n in p.lengths)
-    table = Table(title=title, caption=f"* past the trained {len_label(p.trained_len)}" if beyond else None)
+    captions = [f"* past the trained {len_label(p.trained_len)}" if beyond else "", ran_out_note(p)]
+    table = Table(title=title, caption="\n".join(c for c in captions if c) or None)
     table.add_column("method", style="bold")
     for n in p.lengths:
         table.add_column(len_label(n) + (" *" if p.trained_len and n > p.trained_len else ""), justify="right")

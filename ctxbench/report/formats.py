@@ -26,6 +26,7 @@ from ctxbench.report.pivot import (
     fmt_effective,
     fmt_value,
     len_label,
+    ran_out_note,
 )
 from ctxbench.report.rulerscore import CSV_FIELDS, FAMILIES, csv_fields, rich_table, suites, to_dict
 from ctxbench.textsafe import csv_escape, md_cell, md_line
@@ -41,7 +42,7 @@ def pivots(records: list[dict], tasks=None, task=None, method=None, factor=None,
 
         shown = [r for r in records if (not task or r["task"] in task) and (not length or int(float(r["length"])) in length)
                  and (not method or baseline in (r.get("label"), r["method"]) or r.get("label") in method or r["method"] in method)]  # fmt: skip
-        add_paired(out, compare_labels(shown, baseline, tasks=tasks))  # Holm across the cells shown
+        add_paired(out, compare_labels(shown, baseline, tasks=tasks), tasks)  # Holm across the cells shown
     return out
 
 
@@ -67,6 +68,8 @@ def to_markdown(ps: list[Pivot]) -> str:
             if p.effective:
                 row.append(fmt_effective(p, label))
             lines.append(f"| {md_cell(label)} | " + " | ".join(md_cell(c) for c in row) + " |")
+        if ran_out_note(p):
+            lines += ["", md_line(ran_out_note(p))]
         parts.append("\n".join(lines))
     suites = ruler_suites(ps)
     if suites:

@@ -47,7 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ctxbench.errors import UserError, closest
-from ctxbench.results.identity import setting_of, unit_key, uses_factor
+from ctxbench.results.identity import paired_setting, unit_key, uses_factor
 from ctxbench.tasks.base import check_records, extra_of
 
 __all__ = ["Paired", "CellComparison", "Ranking", "paired_ppl", "paired_retrieval", "paired_rows", "holm", "compare_labels", "rank"]
@@ -474,11 +474,11 @@ def _cells(records: Iterable[dict], task: Sequence[str] | str | None, tasks: dic
         length = _norm(r.get("length", ""))
         # the pivot's setting (ctxbench.results.identity.SETTING): the identity columns that must agree for
         # two methods' cells to hold the same units; the method's own columns are what is compared
-        setting = setting_of(r, tasks)
+        setting, side = paired_setting(r, tasks)
         key = (r.get("model", ""), r.get("task", ""), r.get("variant", ""), setting, int(float(length)))
         label = r.get("label") or r.get("method", "")
         factor = _norm(r.get("factor", "")) if uses_factor(r.get("method", "")) else ""
-        cell = (label, factor)
+        cell = (label, side, factor)
         if r.get("status", "ok") != "ok":
             failed.add((key, cell))
             continue
@@ -487,8 +487,20 @@ def _cells(records: Iterable[dict], task: Sequence[str] | str | None, tasks: dic
     for key, cells in groups.items():
         kept = {cell: list(rows.values()) for cell, rows in cells.items() if (key, cell) not in failed}
         if kept:
-            out[key] = kept
+            out[key] = _sides_as_labels(kept)
     return out
+
+
+def _sides_as_labels(cells: dict[tuple[str, str, str], list[dict]]) -> dict[tuple[str, str], list[dict]]:
+    """(label, side, factor) -> rows as (label, factor) -> rows: where a group's cells differ in an
+    option compared side by side (:func:`ctxbench.results.identity.paired_setting`: the prompt mode),
+    each label carries its text (``none (chat)``), in its rows too (the messages name it), and the
+    rows' data digest, which holds that option, is not compared (they pair by seed and trial);
+    elsewhere labels are as written."""
+    if len({side for _, side, _ in cells}) < 2:
+        return {(label, factor): rows for (label, _, factor), rows in cells.items()}
+    shown = {cell: f"{cell[0]} ({cell[1]})" if cell[1] else cell[0] for cell in cells}
+    return {(shown[cell], cell[2]): [{**r, "label": shown[cell], "data_digest": ""} for r in rows] for cell, rows in cells.items()}
 
 
 def _group_sort(key: tuple) -> tuple:

@@ -44,6 +44,7 @@ class PivotCell:
     p_value: float | None = None
     p_holm: float | None = None
     paired_n: int | None = None
+    ran_out: int | None = None  # trials whose thinking budget ran out (``--think-budget``: counted apart from wrong); None: no thinking
     source: tuple = field(default=(), repr=False)  # every ok row of the cell (its trials or documents), for resampling
 
 
@@ -156,7 +157,8 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
             r = rows[-1]
             extra = _extra(r)
             b = bounds.get((model, t, variant, setting, label, f, n, metric, r.get("depth", "")), {})
-            cell = PivotCell(_num(r["value"], float("nan")), b.get("lo"), b.get("hi"), extra.get("trials") or extra.get("docs"))
+            cell = PivotCell(_num(r["value"], float("nan")), b.get("lo"), b.get("hi"), extra.get("trials") or extra.get("docs"),
+                             ran_out=extra.get("ran_out_thinking") if primary else None)  # fmt: skip
         elif not primary:  # a proxy over several depths: the mean of every trial's value, bootstrapped
             cell, extra = _pooled_proxy(metric, sources.get((model, t, variant, setting, label, f, n), [])), _extra(rows[-1])
         else:
@@ -284,7 +286,8 @@ def _pooled(rows: list[dict], counted: dict) -> tuple[PivotCell, dict]:
         return PivotCell(float("nan")), extras[-1]
     total = sum(float(e.get("correct", _num(r["value"], 0.0) * k)) for r, e, k in zip(rows, extras, sizes, strict=True))
     lo, hi = wilson(min(n, round(total)), n)
-    return PivotCell(total / n, lo, hi, n), {**extras[-1], "trials": n, "depths": len(rows)}
+    counts = [e["ran_out_thinking"] for e in extras if "ran_out_thinking" in e]
+    return PivotCell(total / n, lo, hi, n, ran_out=sum(counts) if counts else None), {**extras[-1], "trials": n, "depths": len(rows)}
 
 
 def _extra(record: dict) -> dict:
@@ -313,6 +316,15 @@ def _add_changes(p: Pivot, baseline: str, tables: list[Pivot] = ()) -> None:
                     cell.change = cell.value - base[n].value
                 else:
                     cell.change = cell.value / base[n].value - 1 if base[n].value else None
+
+
+def ran_out_note(p: Pivot) -> str:
+    """The cells whose trials ran out while thinking (``--think-budget``), each as ``label length
+    k/n``: a third outcome beside right and wrong, said under the table; "" when none did (a run
+    without thinking: the table as before)."""
+    shown = [f"{label} {len_label(n)} {cells[n].ran_out}/{cells[n].n}" for label, cells in p.rows.items() for n in sorted(cells)
+             if cells[n].ran_out]  # fmt: skip
+    return "ran out while thinking (not counted as wrong answers): " + ", ".join(shown) if shown else ""
 
 
 def fmt_value(p: Pivot, cell: PivotCell | None, intervals: bool = True) -> str:
@@ -347,15 +359,18 @@ def fmt_paired(p: Pivot, cell: PivotCell) -> str:
     return f"({body}, p={cell.p_value:.2g}, Holm {cell.p_holm:.2g})"
 
 
-def add_paired(ps: list[Pivot], comparisons) -> None:
-    """Put each paired comparison (:func:`ctxbench.report.paired.compare_labels`) on its pivot cell."""
+def add_paired(ps: list[Pivot], comparisons, tasks: dict | None = None) -> None:
+    """Put each paired comparison (:func:`ctxbench.report.paired.compare_labels`) on its pivot cell
+    (matched by the paired comparisons' own setting of the cell's rows,
+    :func:`ctxbench.results.identity.paired_setting`)."""
+    from ctxbench.results.identity import paired_setting
+
     for c in comparisons:
-        setting = tuple(v for _, v in c.setting)
         for p in ps:
-            if not p.headline or (p.model, p.task, p.variant, p.key) != (c.model, c.task, c.variant, setting) or c.factor not in ("", p.factor):
+            if not p.headline or (p.model, p.task, p.variant) != (c.model, c.task, c.variant) or c.factor not in ("", p.factor):
                 continue
             cell = p.rows.get(c.label, {}).get(c.length)
-            if cell is not None:
+            if cell is not None and cell.source and paired_setting(cell.source[0], tasks)[0] == c.setting:
                 cell.delta, cell.delta_lo, cell.delta_hi = c.delta, c.lo, c.hi
                 cell.p_value, cell.p_holm, cell.paired_n = c.p, c.p_holm, c.n
 

@@ -201,6 +201,34 @@ def setting_of(record: dict, tasks: dict | None = None) -> tuple[tuple[str, str]
     return tuple(out)
 
 
+def paired_setting(record: dict, tasks: dict | None = None) -> tuple[tuple[tuple[str, str], ...], str]:
+    """(setting, side) of a record as the paired comparisons group it: :func:`setting_of` with the
+    options its task compares side by side (:attr:`ctxbench.tasks.base.Option.label`: the prompt
+    mode) taken out of the setting and into ``side``, their text (``chat``; "" when the task has
+    none). Such an option changes the prompt a trial is scored on, not its data; the dataset name
+    and data digest hold it too (``ruler-niah-chat``), so for such a task they are left out of the
+    setting: its cells pair by the seed, the options and each trial's number."""
+    setting = setting_of(record, tasks)
+    task = (tasks or {}).get(record.get("task", ""))
+    axes = task.label_options() if task is not None else {}
+    if not axes:
+        return setting, ""
+    out, side = [], []
+    for column, value in setting:
+        if column in ("dataset", "data_digest"):
+            continue
+        if column == "options":
+            try:
+                options = json.loads(value)
+            except ValueError:
+                options = None
+            if isinstance(options, dict):
+                side = [axes[name](options.pop(name)) for name in sorted(axes) if name in options]
+                value = json.dumps(options, sort_keys=True)
+        out.append((column, value))
+    return tuple(out), " ".join(side)
+
+
 def _adds_rows(task_name: str, tasks: dict | None) -> frozenset[str]:
     task = (tasks or {}).get(task_name)
     if task is None:

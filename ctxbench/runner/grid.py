@@ -162,6 +162,7 @@ def execute(
     (its data, lengths too short for its prompt). A dry run checks what it can without loading."""
 
     check_seed(seed)
+    jobs = [Job(job.task, s) for job in jobs for s in job.task.runs(job.settings)]  # --prompt-mode chat,completion: a run each
     check_grid_size(jobs)  # the product of every option, before anything enumerates it
     w = distributed.world()
     show = console if console is not None and w.rank == 0 else None

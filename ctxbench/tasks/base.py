@@ -64,6 +64,15 @@ class Option:
     given, so no value is dropped for the last one (click keeps only the last of a repeated flag
     that is not declared repeatable).
 
+    ``split``: the option's value is a tuple, and a command given several values runs each as a run
+    of its own into one grid (``--prompt-mode chat,completion``: one run per mode, :meth:`Task.runs`).
+
+    ``label``: the option's values are compared side by side, as methods are: where the cells of a
+    table differ only in it (the same seed, trials and every other option), ``rank`` and the paired
+    comparisons read them as one table whose labels carry its text (``none (chat)`` beside ``none
+    (completion)``), paired trial by trial. A prompt mode is one: it changes the prompt a trial is
+    scored on, not its data (:func:`ctxbench.results.identity.paired_setting`).
+
     ``aliases``: older spellings of the flag (``--depth``), accepted but hidden from ``--help``,
     with a deprecation note on stderr: a renamed option keeps its old spelling for a release.
     """
@@ -80,6 +89,8 @@ class Option:
     omit_default: bool = False  # identity only when not at its default (absent from ``options`` otherwise)
     adds_rows: bool = False  # only adds metrics' rows: tables and paired comparisons do not set it apart
     repeatable: bool = False  # the flag may be given more than once; ``parse`` gets the list of every value given
+    split: bool = False  # a tuple of several values runs as one run per value, into one grid (`Task.runs`)
+    label: Callable[[Any], str] | None = None  # value -> its text: the option compares side by side, as labels (below)
 
     @property
     def cli_flag(self) -> str:
@@ -250,6 +261,20 @@ class Task:
     def settled(self, lm, settings):
         """``settings`` with every model-dependent default decided (see ``settle``)."""
         return self.settle(lm, settings) if self.settle is not None else settings
+
+    def runs(self, settings) -> list:
+        """The settings of each run one command makes: an option declared ``split`` and given
+        several values runs each as its own (``--prompt-mode chat,completion``: two runs, one grid)."""
+        out = [settings]
+        for o in self.options:
+            values = getattr(settings, o.name, None) if o.split else None
+            if values and len(values) > 1:
+                out = [dataclasses.replace(s, **{o.name: (v,)}) for s in out for v in values]
+        return out
+
+    def label_options(self) -> dict:
+        """name -> text of value of the options compared side by side (``label``)."""
+        return {o.name: o.label for o in self.options if o.label is not None}
 
     def trials_asked(self, settings, cell=None) -> int:
         """The numbered trials each cell of ``settings`` asks for (``cell``: that cell's, which under

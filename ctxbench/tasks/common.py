@@ -73,3 +73,82 @@ def settle_chat(lm, settings):
     ships = bool(getattr(lm.tokenizer, "chat_template", None))
     return replace(settings, chat=settings.protocol == "ruler" and ships)
 
+
+
+PROMPT_MODE_HELP = ("chat: the model's chat template; completion: RULER's raw prompt with its answer prefix; auto: the task's "
+                    "rule (see --chat); --chat/--no-chat are the same as chat/completion; chat,completion runs both, which rank pairs")
+
+
+def generation_options() -> list:
+    """The options every task that generates shares: ``--prompt-mode`` (onto ``chat``, which is the
+    cell's identity, so it is not one itself) and the thinking budget and tags."""
+    from ctxbench.tasks import thinking
+    from ctxbench.tasks.base import Option
+    from ctxbench.tasks.options import parse_prompt_mode
+
+    return [Option("prompt_mode", PROMPT_MODE_HELP, parse_prompt_mode, metavar="MODE", identity=False, split=True), *thinking.options()]
+
+
+def check_generation(settings, answer_budget: int | None = None, default_chat: bool | None = None) -> None:
+    """Before any model loads: ``--prompt-mode`` agrees with ``--chat`` and names one mode, and the
+    thinking budget fits every length given (:func:`ctxbench.tasks.thinking.validate`).
+    ``default_chat``: the settings' default of ``chat`` (a ``chat`` at it was not given)."""
+    from ctxbench.errors import UserError
+    from ctxbench.tasks import thinking
+    from ctxbench.tasks.options import chat_of_mode
+
+    modes = getattr(settings, "prompt_mode", None)
+    if modes:
+        if len(modes) > 1 and "auto" in modes:  # auto is one of the others: the same cells twice
+            raise UserError(f"--prompt-mode {','.join(modes)}: auto picks chat or completion, so a list of modes names them",
+                            "pass --prompt-mode chat,completion")  # fmt: skip
+        for mode in modes:
+            want = chat_of_mode(mode)
+            if settings.chat != default_chat and want is not None and settings.chat != want:
+                raise UserError(f"--prompt-mode {','.join(modes)} and --{'' if settings.chat else 'no-'}chat disagree",
+                                "give one of them (--chat is chat, --no-chat is completion)")  # fmt: skip
+    thinking.validate(settings, answer_budget)
+
+
+def mode_note(lm, settings) -> list[str]:
+    """Under ``--prompt-mode auto``, the mode the task's rule chose and why, for the run's notes
+    (``prepare``'s :attr:`ctxbench.tasks.base.Context.notes`: said once, in the summary; an error
+    stays one line); [] for any other mode."""
+    from ctxbench.tasks.options import mode_of_chat
+
+    if tuple(getattr(settings, "prompt_mode", None) or ()) != ("auto",):
+        return []
+    protocol = getattr(settings, "protocol", None)
+    if settings.chat:
+        why = "the model's tokenizer ships a chat template" + (", RULER's protocol" if protocol == "ruler" else "")
+    elif not getattr(lm.tokenizer, "chat_template", None):
+        why = "the model's tokenizer ships no chat template"
+    elif protocol not in (None, "ruler"):
+        why = f"--protocol {protocol} prompts raw, as RULER's exact-length runs before it"
+    else:
+        why = "the task's protocol prompts raw"
+    return [f"prompt mode {mode_of_chat(settings.chat)} (auto: {why})"]
+
+
+def settle_mode(settings, default_chat: bool | None = None):
+    """``--prompt-mode`` onto ``chat`` (``auto`` leaves it to the task's rule); ``default_chat`` as
+    :func:`check_generation`'s."""
+    from dataclasses import replace
+
+    from ctxbench.tasks.options import chat_of_mode
+
+    modes = getattr(settings, "prompt_mode", None)
+    if modes and chat_of_mode(modes[0]) is not None and settings.chat == default_chat:
+        return replace(settings, chat=chat_of_mode(modes[0]))
+    return settings
+
+
+def settle_generation(settle, lm, settings):
+    """A generating task's settle: ``--prompt-mode`` onto ``chat``, the task's own ``settle`` (its
+    ``auto`` rule), then the thinking budget (:func:`ctxbench.tasks.thinking.settle`)."""
+    from ctxbench.tasks import thinking
+
+    settings = settle_mode(settings)
+    if settle is not None:
+        settings = settle(lm, settings)
+    return thinking.settle(lm, settings)

@@ -22,17 +22,23 @@ from functools import partial
 
 from ctxbench.errors import UserError
 from ctxbench.synthetic.pieces import TooShort, frame
+from ctxbench.tasks import thinking
 from ctxbench.tasks.base import FRACTION, OUTCOME, Cell, Context, CostItem, Measurement, Option, Task
 from ctxbench.tasks.common import (
     accuracy_rows,
+    check_generation,
     check_trials,
     factors_for,
+    generation_options,
+    mode_note,
     most_trials,
     parse_chat,
+    settle_mode,
     trial_cells,
     trials_options,
     variants_parser,
 )
+from ctxbench.tasks.options import mode_of_chat
 from ctxbench.tasks.trials import ALL, numbered_trials
 
 
@@ -49,6 +55,9 @@ class Settings:
     chat: bool | None = None  # None: decided by the task's spec once the model is loaded
     haystack: str | None = None  # babilong: the background text (default: the pydoc prose)
     data: str | None = None  # babilong: the published files instead of generated prompts
+    prompt_mode: tuple[str, ...] | None = None  # onto chat (common.settle_mode)
+    think_budget: int | None = None  # None: no budget (tasks.thinking)
+    think_tags: tuple[str, str] | None = None
 
 
 def default_lengths(trained_len: int) -> list[int]:
@@ -95,7 +104,8 @@ def generated_task(spec: Spec, help: str, extra_options: tuple[Option, ...] = ()
         options.append(Option("variants", f"comma list of variants ({', '.join(spec.variants)}) or all; default {','.join(spec.default_variants)}",
                               variants_parser(spec.name, spec.variants), flag="--variant", identity=False))  # each variant is a cell  # fmt: skip
     options += trials_options("trials (prompts drawn from the seed and the trial's number)", default=trials_default)
-    options.append(Option("chat", chat_help(spec.chat), parse_chat, is_flag=True))
+    options.append(Option("chat", chat_help(spec.chat), parse_chat, is_flag=True, label=mode_of_chat))
+    options += generation_options()
     options += list(extra_options)
     domains = {"accuracy": FRACTION, "score": OUTCOME, **{f"accuracy_{s}": FRACTION for s in list(spec.scorers)[1:]}}
     return Task(
@@ -107,15 +117,18 @@ def generated_task(spec: Spec, help: str, extra_options: tuple[Option, ...] = ()
 
 
 def settle(spec: Spec, lm, settings: Settings) -> Settings:
-    if settings.chat is not None:
-        return settings
-    ships = bool(getattr(lm.tokenizer, "chat_template", None))
-    return replace(settings, chat=ships if spec.chat == "model" else bool(spec.chat))
+    """``--prompt-mode`` onto ``chat``; ``chat`` left to the spec's rule; the thinking budget."""
+    settings = settle_mode(settings)
+    if settings.chat is None:
+        ships = bool(getattr(lm.tokenizer, "chat_template", None))
+        settings = replace(settings, chat=ships if spec.chat == "model" else bool(spec.chat))
+    return thinking.settle(lm, settings)
 
 
 def validate(spec: Spec, settings: Settings) -> None:
     """Before any model loads: the trials, and the data the prompts come from."""
     check_trials(settings, items=spec.items is not None and bool(getattr(settings, "data", None)))
+    check_generation(settings, spec.max_new_tokens)
     spec.load(settings)
 
 
@@ -132,18 +145,21 @@ def prepare(spec: Spec, lm, settings: Settings) -> Context:
     """The data (or recipe) and its digest; every length must hold the first trial of every variant."""
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
     dataset, fields, state, notes = spec.load(settings)
-    fr = frame(lm.tokenizer, bool(settings.chat))
+    tok = thinking.prompt_tokenizer(lm.tokenizer, settings)
+    fr = frame(tok, bool(settings.chat))
     ctx_state = {"lengths": lengths, "data": state, "frame": fr, "prompts": {}}
     for variant in _variants(spec, settings):
         for n in lengths:
             try:
-                spec.build(lm.tokenizer, fr, variant, n, 0, 0, state)
+                spec.build(tok, fr, variant, thinking.room(settings, n), 0, 0, state)
             except TooShort as exc:
+                if thinking.reserve(settings):
+                    raise thinking.too_short(settings, n, exc.minimum) from None
                 raise UserError(f"length {n} is too short for {spec.name} {variant} (needs at least {exc.minimum} tokens with this tokenizer)",
                                 f"use --len of at least {exc.minimum}") from None  # fmt: skip
     fields = {"task": spec.name, "chat": settings.chat, **fields}
     digest = "sha256:" + hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-    return Context(dataset=dataset + ("-chat" if settings.chat else ""), data_digest=digest, notes=list(notes), state=ctx_state)
+    return Context(dataset=dataset + ("-chat" if settings.chat else ""), data_digest=digest, notes=[*notes, *mode_note(lm, settings)], state=ctx_state)
 
 
 def cells(spec: Spec, settings: Settings, ctx: Context) -> list[Cell]:
@@ -174,26 +190,27 @@ def cost(spec: Spec, settings: Settings, trained_len: int) -> list[CostItem]:
                 # one forward per trial
                 forwards = tuple(max(1, spec.forward(settings, n) if spec.forward else n - spec.max_new_tokens) for n in lengths)
                 items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(k,) * len(forwards),
-                                      decode_steps=len(lengths) * k * spec.max_new_tokens,
+                                      decode_steps=len(lengths) * k * (spec.max_new_tokens + thinking.reserve(settings)),
                                       what=f"{m.label} x{f:g}" if f else m.label, path=m.attention_path))  # fmt: skip
     return items
 
 
-def prompts_for(spec: Spec, lm, ctx: Context, variant: str, length: int, trials: int) -> list:
+def prompts_for(spec: Spec, lm, ctx: Context, variant: str, length: int, trials: int, settings=None) -> list:
     """The trials' prompts of one (variant, length), built once per run and shared by every method."""
     cache = ctx.state["prompts"]
     out = []
     for t in range(trials):
         key = (variant, length, ctx.seed, t)
         if key not in cache:
-            cache[key] = spec.build(lm.tokenizer, ctx.state["frame"], variant, length, ctx.seed, t, ctx.state["data"])
+            cache[key] = spec.build(thinking.prompt_tokenizer(lm.tokenizer, settings), ctx.state["frame"], variant,
+                                    thinking.room(settings, length), ctx.seed, t, ctx.state["data"])  # fmt: skip
         out.append(cache[key])
     return out
 
 
 def run_group(spec: Spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     tok = lm.tokenizer
-    prompts = {cell: prompts_for(spec, lm, ctx, cell.variant, cell.length, trials_of(spec, settings, cell.variant)) for cell in group}
+    prompts = {cell: prompts_for(spec, lm, ctx, cell.variant, cell.length, trials_of(spec, settings, cell.variant), settings) for cell in group}
     new_tokens = max(p.max_new_tokens for ps in prompts.values() for p in ps)
     headline, *others = list(spec.scorers)
 
@@ -204,9 +221,9 @@ def run_group(spec: Spec, lm, ctx: Context, group: list[Cell], settings: Setting
                            extra={"answers": list(p.answers), "scores": verdicts, "scorer": headline, "needle_pos": list(p.needle_positions),
                                   **p.extra})  # fmt: skip
 
-    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure):
+    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, think=thinking.thinking_of(tok, settings), mode=mode_of_chat(settings.chat)):
         tokens, seconds = sum(r.tokens for r in rows), sum(r.seconds for r in rows)
-        out = rows + accuracy_rows([r.value for r in rows], tokens, seconds, metric=headline)
+        out = rows + accuracy_rows([r.value for r in rows], tokens, seconds, metric=headline, **thinking.outcomes(rows))
         for name in others:
             more = accuracy_rows([float(r.extra.get("scores", {}).get(name, float("nan"))) for r in rows], tokens, 0.0, metric=name)
             out += [replace(m, metric=m.metric.replace("accuracy", f"accuracy_{name}", 1)) for m in more]

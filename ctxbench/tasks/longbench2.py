@@ -40,6 +40,7 @@ from ctxbench.errors import UserError, unknown
 from ctxbench.parsing import split_list
 from ctxbench.synthetic import longbench2 as lb
 from ctxbench.synthetic.pieces import encode
+from ctxbench.tasks import thinking
 from ctxbench.tasks.base import (
     FRACTION,
     OUTCOME,
@@ -53,15 +54,18 @@ from ctxbench.tasks.base import (
 )
 from ctxbench.tasks.common import (
     accuracy_rows,
+    check_generation,
     check_trials,
     factors_for,
+    generation_options,
+    mode_note,
     most_trials,
     parse_chat,
     trial_cells,
     trials_options,
 )
 from ctxbench.tasks.generated import settle as _settle
-from ctxbench.tasks.options import text_parser
+from ctxbench.tasks.options import mode_of_chat, text_parser
 from ctxbench.tasks.trials import ALL, fewer_trials, numbered_trials, trials_said
 
 MODES = ("mc", "generate")
@@ -84,6 +88,9 @@ class Settings:
     data: str | None = None
     mode: str = "mc"
     template: str = "longbench"
+    prompt_mode: tuple[str, ...] | None = None  # onto chat (common.settle_mode)
+    think_budget: int | None = None  # None: no budget (tasks.thinking); --mode generate only
+    think_tags: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,8 @@ OPTIONS = (
            "'The correct answer is (X)' as the official pred.py (--template longbench; default mc)", _mode),  # fmt: skip
     *trials_options("trials (trial t is the bucket's t-th item)", default=ALL),
     Option("chat", "wrap the prompt in the model's chat template (default: the model's template when its tokenizer ships one); "
-           "--no-chat for raw prompts", parse_chat, is_flag=True),  # fmt: skip
+           "--no-chat for raw prompts", parse_chat, is_flag=True, label=mode_of_chat),  # fmt: skip
+    *generation_options(),
 )
 
 
@@ -197,6 +205,10 @@ def _by_bucket(items, settings: Settings) -> dict[str, list]:
 
 def validate(settings: Settings) -> None:
     check_trials(settings, items=True)
+    if settings.think_budget is not None and settings.mode != "generate":
+        raise UserError(f"--think-budget bounds what a model generates, and --mode {settings.mode} scores the four letters without generating",
+                        "add --mode generate, or drop --think-budget")  # fmt: skip
+    check_generation(settings)
     if settings.template == "lm-eval" and settings.mode != "mc":
         raise UserError(f"--template lm-eval has no --mode {settings.mode}: lm-evaluation-harness's longbench2 is multiple choice by log-likelihood",
                         "drop --mode, or use --template longbench for pred.py's generation")  # fmt: skip
@@ -221,7 +233,7 @@ def settle(lm, settings: Settings) -> Settings:
     model's template when its tokenizer ships one); lm-eval's task runs raw text."""
     from dataclasses import replace
 
-    if settings.template == "lm-eval" and settings.chat is None:
+    if settings.template == "lm-eval" and settings.chat is None and not settings.prompt_mode:
         return replace(settings, chat=False)
     return _settle(_CHAT, lm, settings)
 
@@ -238,7 +250,7 @@ def prepare(lm, settings: Settings) -> Context:
     state = {"lengths": lengths, "buckets": buckets, "prompts": {}}
     return Context(dataset=f"longbench2:{name}" + ("-chat" if settings.chat else ""),
                    data_digest="sha256:" + hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16],
-                   notes=[f"{b}: {len(v)} items" for b, v in buckets.items()], state=state)  # fmt: skip
+                   notes=[f"{b}: {len(v)} items" for b, v in buckets.items()] + mode_note(lm, settings), state=state)  # fmt: skip
 
 
 def cells(settings: Settings, ctx: Context) -> list[Cell]:
@@ -255,7 +267,7 @@ def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
 
 def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     lengths = settings.lengths or default_lengths(trained_len)
-    steps = lb.MAX_NEW_TOKENS if settings.mode == "generate" else 0
+    steps = lb.MAX_NEW_TOKENS + thinking.reserve(settings) if settings.mode == "generate" else 0
     counts = items(settings) if settings.trials == ALL else {}
     buckets = list(counts) if settings.trials == ALL else settings.variants or lb.BUCKETS
     out = []
@@ -322,8 +334,8 @@ def prompts_for(lm, ctx: Context, settings: Settings, cell: Cell) -> list[Prompt
     for t in range(trials_of(settings, cell.variant)):
         key = (cell.variant, cell.length, settings.mode, settings.template, t)
         if key not in cache:
-            cache[key] = build(lm.tokenizer, bool(settings.chat), ctx.state["buckets"][cell.variant][t], cell.length, settings.mode,
-                               settings.template)  # fmt: skip
+            cache[key] = build(thinking.prompt_tokenizer(lm.tokenizer, settings), bool(settings.chat), ctx.state["buckets"][cell.variant][t],
+                               thinking.room(settings, cell.length), settings.mode, settings.template)  # fmt: skip
         out.append(cache[key])
     return out
 
@@ -338,11 +350,13 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
             return Measurement("score", float(pred == p.answers[0]), trial=trial, answer=text.strip(), tokens=len(p.ids),
                                seconds=round(seconds, 4), extra={"answers": list(p.answers), "pred": pred, **p.extra})  # fmt: skip
 
-        results = trial_cells(lm, ctx, prompts, lb.MAX_NEW_TOKENS, measure)
+        results = trial_cells(lm, ctx, prompts, lb.MAX_NEW_TOKENS, measure, think=thinking.thinking_of(tok, settings),
+                              mode=mode_of_chat(settings.chat))  # fmt: skip
     else:
         results = _mc_cells(lm, ctx, prompts)
     for cell, rows in results:
-        yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows))
+        yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows),
+                                         **thinking.outcomes(rows))  # fmt: skip
 
 
 def _mc_cells(lm, ctx: Context, prompts: dict):

@@ -87,6 +87,54 @@ def parse_chat(value) -> bool | None:
     return parse_bool(value, "--chat")
 
 
+def parse_think_budget(value) -> int:
+    """``--think-budget N``: the most tokens a model thinks before it must answer, N >= 0 (0: no thinking)."""
+    text = str(value).strip()
+    try:
+        number = int(text)
+    except ValueError:
+        raise UserError(f"--think-budget '{short(text, 40)}' is not a whole number of tokens", "pass e.g. --think-budget 1024") from None
+    if number < 0:
+        raise UserError(f"--think-budget {number} is negative", "pass a number of tokens >= 0 (0: no thinking), e.g. --think-budget 1024")
+    return number
+
+
+def parse_think_tags(value) -> tuple[str, str]:
+    """``--think-tags OPEN,CLOSE`` (a suite's two-item list too): the tags of the model's reasoning."""
+    items = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(",")
+    items = [v.strip() for v in items]
+    if len(items) != 2 or not all(items) or items[0] == items[1]:
+        raise UserError(f"--think-tags '{','.join(items)}' is not two different tags OPEN,CLOSE", "pass e.g. --think-tags '<think>,</think>'")
+    return items[0], items[1]
+
+
+PROMPT_MODES = ("auto", "chat", "completion")
+
+
+def parse_prompt_mode(value) -> tuple[str, ...]:
+    """``--prompt-mode chat|completion|auto`` (a comma list runs each as its own cells): ``chat`` the
+    model's chat template, ``completion`` RULER's raw prompt with its answer prefix, ``auto`` the
+    task's rule (:func:`ctxbench.tasks.common.settle_chat`)."""
+    from ctxbench.parsing import split_list
+
+    items = [str(v).strip().lower() for v in value] if isinstance(value, (list, tuple)) else split_list(str(value), what="--prompt-mode")
+    for item in items:
+        parse_choice(item, "--prompt-mode", PROMPT_MODES)
+    if len(set(items)) != len(items):
+        raise UserError("a --prompt-mode is given twice", "list each mode once, e.g. --prompt-mode chat,completion")
+    return tuple(items)
+
+
+def chat_of_mode(mode: str) -> bool | None:
+    """The ``chat`` setting a prompt mode names (``auto``: None, left to the model)."""
+    return {"chat": True, "completion": False}.get(mode)
+
+
+def mode_of_chat(chat: bool | None) -> str:
+    """The prompt mode a settled ``chat`` setting is (what every generated row records)."""
+    return "auto" if chat is None else ("chat" if chat else "completion")
+
+
 def variants_parser(family: str, names: tuple[str, ...]):
     """The parser of a task's ``--variant``: a comma list of ``names`` (or ``all``), each known
     (else did-you-mean), none twice; a suite's list passes through the same checks."""

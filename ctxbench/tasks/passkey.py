@@ -28,22 +28,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ctxbench.errors import UserError
-from ctxbench.tasks import proxy, trials
+from ctxbench.tasks import proxy, thinking, trials
 from ctxbench.tasks.base import FRACTION, OUTCOME, Cell, Context, CostItem, Measurement, Option, Task
 from ctxbench.tasks.common import (  # noqa: F401  (parse_depths: the name scripts imported from here)
     accuracy_rows,
     answer_cells,
+    check_generation,
     check_trials,
     depths_option,
     factors_for,
+    generation_options,
+    mode_note,
     most_trials,
     parse_bool,
     parse_depths,
     parse_positive_int,
+    settle_mode,
     shared_prefix_cost,
     trial_cells,
     trials_options,
 )
+from ctxbench.tasks.options import mode_of_chat
 from ctxbench.tasks.plots import depth_heatmaps
 
 NAME = "passkey"
@@ -74,15 +79,20 @@ class Settings:
     chat: bool = False
     metrics: tuple[str, ...] = ()  # proxy metrics beyond accuracy: answer_nll (ctxbench.tasks.proxy)
     max_new_tokens: int = 10
+    prompt_mode: tuple[str, ...] | None = None  # onto chat (common.settle_mode; auto: raw, the protocol's)
+    think_budget: int | None = None  # None: no budget (tasks.thinking)
+    think_tags: tuple[str, str] | None = None
 
 
 OPTIONS = (
     depths_option("N evenly spaced depths in [0, 1] (e.g. 5), or a comma list of depths (0.1,0.5,0.9); default 5"),
     *trials_options("trials (random keys), per length and depth,"),
     Option("digits", "digits of the pass key (default 5)", lambda v: _digits(v)),  # changes every key: part of the key
-    Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True),
+    Option("chat", "wrap the prompt in the model's chat template (default: raw)", lambda v: parse_bool(v, "--chat"), is_flag=True,
+           label=mode_of_chat),
     proxy.metrics_option(proxy.ANSWER_METRICS, "answer_nll = teacher-forced mean NLL of the key's tokens after the prompt, "
                          "no decoding"),
+    *generation_options(),
 )
 
 
@@ -122,6 +132,7 @@ class Prompt:
 
 def validate(settings: Settings) -> None:
     check_trials(settings)
+    check_generation(settings, settings.max_new_tokens, default_chat=False)
     if not 1 <= settings.digits <= 20:
         raise UserError(f"--digits {settings.digits} must be between 1 and 20", "the protocol uses 5")
     if settings.max_new_tokens < 1:
@@ -225,14 +236,17 @@ def build_prompt(tokenizer, length: int, depth: float, key: int, chat: bool = Fa
 
 def prepare(lm, settings: Settings) -> Context:
     lengths = settings.lengths or tuple(default_lengths(lm.geometry.trained_len))
-    need = fixed_tokens(lm.tokenizer, settings.digits, settings.chat) + 1
-    short = [n for n in lengths if n < need]
+    need = fixed_tokens(thinking.prompt_tokenizer(lm.tokenizer, settings), settings.digits, settings.chat) + 1
+    short = [n for n in lengths if thinking.room(settings, n) < need]
+    if short and thinking.reserve(settings):
+        raise thinking.too_short(settings, short[0], need)
     if short:
         raise UserError(
             f"length {short[0]} is shorter than the passkey prompt's fixed text ({need - 1} tokens)",
             f"use --len of at least {need} (e.g. 1k)",
         )
-    return Context(dataset="passkey" + ("-chat" if settings.chat else ""), data_digest=TEMPLATE_DIGEST, state=lengths)
+    return Context(dataset="passkey" + ("-chat" if settings.chat else ""), data_digest=TEMPLATE_DIGEST, notes=mode_note(lm, settings),
+                   state=lengths)  # fmt: skip
 
 
 def cells(settings: Settings, ctx: Context) -> list[Cell]:
@@ -262,7 +276,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
     for m in settings.methods:
         for f in factors_for(m, settings.factors):
             forwards, cached, counts = shared_prefix_cost(lengths, settings.depths, most_trials(settings), share=m.causal)
-            steps = len(lengths) * len(settings.depths) * most_trials(settings) * settings.max_new_tokens
+            steps = len(lengths) * len(settings.depths) * most_trials(settings) * (settings.max_new_tokens + thinking.reserve(settings))
             items.append(CostItem(cells=len(lengths) * len(settings.depths), forwards=forwards, decode_steps=steps, cached=cached,
                                   counts=counts, what=f"{m.label} x{f:g}" if f else m.label, path=m.attention_path))  # fmt: skip
             if settings.metrics and not m.causal:  # scored in the trials' prefills, but for a non-causal method
@@ -274,9 +288,10 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
     """The depths of one (method, factor, length): every trial's prompt, decoded with the shared
     instruction-and-filler stream computed once (:func:`ctxbench.model.decoding.decode_shared`); a
     cell is yielded as soon as all its trials are answered."""
-    tok = lm.tokenizer
+    tok, built = lm.tokenizer, thinking.prompt_tokenizer(lm.tokenizer, settings)
     prompts = {
-        cell: [build_prompt(tok, cell.length, cell.depth, draw_key(ctx.seed, cell.length, cell.depth, t, settings.digits), settings.chat)
+        cell: [build_prompt(built, thinking.room(settings, cell.length), cell.depth, draw_key(ctx.seed, cell.length, cell.depth, t, settings.digits),
+                            settings.chat)
                for t in range(settings.trials)]
         for cell in group
     }  # fmt: skip
@@ -288,19 +303,22 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
     # the key scored in each decoded trial's own prefill; before decoding, the trials that cannot be
     scored = trials.answer_nlls(lm, ctx, prompts, _answer_ids, settings.max_new_tokens) if settings.metrics else {}
     scoring = _answer_ids if settings.metrics else None
-    for cell, rows in trial_cells(lm, ctx, prompts, settings.max_new_tokens, measure, continuation=scoring):
+    for cell, rows in trial_cells(lm, ctx, prompts, settings.max_new_tokens, measure, continuation=scoring,
+                                  think=thinking.thinking_of(tok, settings), mode=mode_of_chat(settings.chat)):  # fmt: skip
         # one ``correct`` row per trial and the cell's ``accuracy`` with its trial count
         extra = []
         if settings.metrics:
             rows = trials.with_answer_nll(rows, scored[cell])
             extra = trials.answer_nll_rows(rows, sum(v[2] for v in scored[cell].values()))
-        yield cell, rows + accuracy_rows([int(r.value) for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows)) + extra
+        yield cell, rows + accuracy_rows([int(r.value) for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows),
+                                         **thinking.outcomes(rows)) + extra  # fmt: skip
 
 
 def prompt_ids(lm, ctx: Context, settings: Settings, cell: Cell, trial: int) -> tuple[int, ...]:
     """Trial ``trial``'s prompt in ``cell``, as :func:`run_group` builds it (``ctxbench show-prompt``)."""
     key = draw_key(ctx.seed, cell.length, cell.depth, trial, settings.digits)
-    return build_prompt(lm.tokenizer, cell.length, cell.depth, key, settings.chat).ids
+    return build_prompt(thinking.prompt_tokenizer(lm.tokenizer, settings), thinking.room(settings, cell.length), cell.depth, key,
+                        settings.chat).ids  # fmt: skip
 
 
 def _answer_ids(prompt: Prompt) -> tuple[int, ...]:
@@ -333,5 +351,6 @@ TASK = Task(
     trials=trials.numbered_trials,
     legacy_options=legacy_options,
     prompt=prompt_ids,
+    settle=lambda lm, settings: thinking.settle(lm, settle_mode(settings, default_chat=False)),
     domains={"accuracy": FRACTION, "correct": OUTCOME, **proxy.ANSWER_DOMAINS},  # a trial is right or wrong
 )

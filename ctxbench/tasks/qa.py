@@ -26,6 +26,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from ctxbench.errors import UserError, unknown
 from ctxbench.synthetic import score
@@ -40,7 +41,7 @@ from ctxbench.synthetic.qa import (
     parse_spec,
     task_text,
 )
-from ctxbench.tasks import ruler_data
+from ctxbench.tasks import ruler_data, thinking
 from ctxbench.tasks.base import (
     FRACTION,
     OUTCOME,
@@ -55,15 +56,19 @@ from ctxbench.tasks.base import (
 from ctxbench.tasks.common import (
     CHAT_HELP,
     accuracy_rows,
+    check_generation,
     check_trials,
     factors_for,
+    generation_options,
+    mode_note,
     most_trials,
     parse_chat,
     settle_chat,
+    settle_generation,
     trial_cells,
     trials_options,
 )
-from ctxbench.tasks.options import variants_parser
+from ctxbench.tasks.options import mode_of_chat, variants_parser
 from ctxbench.tasks.trials import ALL, fewer_trials, numbered_trials, trials_said
 
 NAMES = ("qa_1", "qa_2")
@@ -84,6 +89,9 @@ class Settings:
     qa_data: tuple[tuple[str, str], ...] = ()  # ((variant or "", path or hub id), ...)
     protocol: str = "ruler"
     doc_count: str = "ruler"
+    prompt_mode: tuple[str, ...] | None = None  # onto chat (common.settle_mode)
+    think_budget: int | None = None  # None: no budget (tasks.thinking)
+    think_tags: tuple[str, str] | None = None
 
 
 def default_lengths(trained_len: int) -> list[int]:
@@ -125,7 +133,8 @@ OPTIONS = (
            "stepping down by 10 while a sample does not fit, RULER's draws and shuffle; default) or largest (the most that "
            "fit, per trial: every run before --doc-count)", _doc_count),  # fmt: skip
     *trials_options("trials (trial t asks the dataset's question t)", default=ALL),
-    Option("chat", CHAT_HELP, parse_chat, is_flag=True),
+    Option("chat", CHAT_HELP, parse_chat, is_flag=True, label=mode_of_chat),
+    *generation_options(),
 )
 
 
@@ -164,6 +173,7 @@ def validate(settings: Settings) -> None:
     """Before any model loads: the data is given, reads as its variant's format, has the trials."""
 
     check_trials(settings, items=True)
+    check_generation(settings, TOKENS_TO_GENERATE)
     for variant, spec in specs(settings).items():
         data = load(variant, spec)
         if settings.trials != ALL and most_trials(settings) > len(data.questions):
@@ -177,15 +187,19 @@ def prepare(lm, settings: Settings) -> Context:
 
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
     data = {v: load(v, spec) for v, spec in specs(settings).items()}
-    fr = frame(lm.tokenizer, settings.chat)
+    tok = thinking.prompt_tokenizer(lm.tokenizer, settings)
+    fr = frame(tok, settings.chat)
+    reserve = thinking.reserve(settings)  # RULER's accounting with the thinking: prompt + thinking + answer <= length
     for variant, d in data.items():
         # the smallest prompt of a trial: its gold documents alone (seed and length only reorder them)
         need = 0
         for t in range(trials_of(settings, variant)):
             q = d.questions[t]
             text = task_text([d.docs[i] for i in q.gold], q.query) + fr.between + ANSWER_PREFIX
-            need = max(need, len(fr.head) + len(encode(lm.tokenizer, text)) + TOKENS_TO_GENERATE)
-        short = [n for n in lengths if n < need]
+            need = max(need, len(fr.head) + len(encode(tok, text)) + TOKENS_TO_GENERATE)
+        short = [n for n in lengths if n - reserve < need]
+        if short and reserve:
+            raise thinking.too_short(settings, short[0], need)
         if short:
             raise UserError(f"length {short[0]} is too short for qa {variant} (the gold documents of its first {trials_of(settings, variant)} "
                             f"questions and RULER's 32 answer tokens need {need} tokens with this tokenizer)",
@@ -197,8 +211,9 @@ def prepare(lm, settings: Settings) -> Context:
 
     dataset, digest = named(list(data))
     notes = [f"{v}: {d.name}, {len(d.questions)} answerable questions, {len(d.docs)} documents ({d.digest})" for v, d in data.items()]
-    state = {"lengths": lengths, "data": data, "frame": fr, "prompts": {}, "streams": {}, "doc_count": settings.doc_count}
-    return Context(dataset=dataset, data_digest=digest, notes=notes, state=state,
+    state = {"lengths": lengths, "data": data, "frame": fr, "prompts": {}, "streams": {}, "doc_count": settings.doc_count,
+             "tokenizer": tok, "reserve": reserve}  # fmt: skip
+    return Context(dataset=dataset, data_digest=digest, notes=notes + mode_note(lm, settings), state=state,
                    variant_data={v: named([v]) for v in data})  # fmt: skip
 
 
@@ -232,7 +247,7 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
                 # one forward per trial (only the instruction is shared), then RULER's 32 tokens at most
                 forwards = tuple(max(1, n - TOKENS_TO_GENERATE) for n in lengths)  # once per length, times the trials
                 items.append(CostItem(cells=len(lengths), forwards=forwards, counts=(k,) * len(forwards),
-                                      decode_steps=len(lengths) * k * TOKENS_TO_GENERATE,
+                                      decode_steps=len(lengths) * k * (TOKENS_TO_GENERATE + thinking.reserve(settings)),
                                       what=f"{m.label} x{f:g}" if f else m.label, path=m.attention_path))  # fmt: skip
     return items
 
@@ -244,14 +259,16 @@ def prompts_for(lm, ctx: Context, variant: str, length: int, trials: int) -> lis
         key = (variant, length, ctx.seed)
         streams = ctx.state.setdefault("streams", {})
         if key not in streams:
-            streams[key] = RulerStream(ctx.state["data"][variant], lm.tokenizer, length, ctx.seed, ctx.state["frame"])
+            streams[key] = RulerStream(ctx.state["data"][variant], ctx.state.get("tokenizer", lm.tokenizer), length - ctx.state.get("reserve", 0),
+                                       ctx.seed, ctx.state["frame"])  # fmt: skip
         return [streams[key].prompt(t) for t in range(trials)]
     cache = ctx.state["prompts"]
     out = []
     for t in range(trials):
         key = (variant, length, ctx.seed, t)
         if key not in cache:
-            cache[key] = build_qa(ctx.state["data"][variant], lm.tokenizer, length, ctx.seed, t, fr=ctx.state["frame"])
+            cache[key] = build_qa(ctx.state["data"][variant], ctx.state.get("tokenizer", lm.tokenizer), length - ctx.state.get("reserve", 0),
+                                  ctx.seed, t, fr=ctx.state["frame"])  # fmt: skip
         out.append(cache[key])
     return out
 
@@ -287,9 +304,10 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
                            extra={"answers": list(p.answers), "docs": p.extra["docs"], "gold_docs": p.extra["gold_docs"],
                                   "question": p.extra["question"], "needle_pos": list(p.needle_positions), "metric": p.metric})  # fmt: skip
 
-    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished):
+    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished, think=thinking.thinking_of(tok, settings),
+                                  mode=mode_of_chat(settings.chat)):  # fmt: skip
         yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows),
-                                         metric=prompts[cell][0].metric)  # fmt: skip
+                                         metric=prompts[cell][0].metric, **thinking.outcomes(rows))  # fmt: skip
 
 
 REFERENCES = (
@@ -315,7 +333,7 @@ TASK = Task(
     settings=Settings, options=OPTIONS, prepare=prepare, cells=cells, groups=groups, run_group=run_group, cost=cost,
     metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths, validate=validate,
     trials=numbered_trials, prompt=prompt_ids,
-    settle=settle_chat,
+    settle=partial(settle_generation, settle_chat),
     domains={"accuracy": FRACTION, "score": OUTCOME},  # string_match_part: a trial is right (1) or wrong (0)
     items=items, references=REFERENCES,
     legacy_options=lambda record: {**TASK.default_identity(), "doc_count": "largest"},  # rows before --doc-count

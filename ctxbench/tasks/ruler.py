@@ -31,26 +31,31 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from ctxbench.errors import UserError, unknown
 from ctxbench.synthetic import PROTOCOLS, TOKENS_TO_GENERATE, TooShort, build, load_haystack, score
-from ctxbench.tasks import proxy, trials
+from ctxbench.tasks import proxy, thinking, trials
 from ctxbench.tasks.base import FRACTION, SCORE, Cell, Context, CostItem, Measurement, Option, Task
 from ctxbench.tasks.common import (
     CHAT_HELP,
     accuracy_rows,
+    check_generation,
     check_trials,
     depths_option,
     factors_for,
+    generation_options,
+    mode_note,
     most_trials,
     parse_chat,
     settle_chat,
+    settle_generation,
     shared_prefix_cost,
     trial_cells,
     trials_options,
     variants_parser,
 )
-from ctxbench.tasks.options import text_parser
+from ctxbench.tasks.options import mode_of_chat, text_parser
 from ctxbench.tasks.plots import depth_heatmaps
 
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -71,6 +76,9 @@ class Settings:
     haystack: str | None = None
     protocol: str = "ruler"
     metrics: tuple[str, ...] = ()  # proxy metrics beyond accuracy: answer_nll where the family has it
+    prompt_mode: tuple[str, ...] | None = None  # onto chat (common.settle_mode)
+    think_budget: int | None = None  # None: no budget (tasks.thinking)
+    think_tags: tuple[str, str] | None = None
 
 
 def default_lengths(trained_len: int) -> list[int]:
@@ -105,8 +113,6 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
                has_haystack: bool, answer_nll: bool = False) -> Task:  # fmt: skip
     """A Task for one RULER family (``niah``, ``vt``, ``cwe``, ``fwe``); ``answer_nll``: it takes
     ``--metrics answer_nll`` (its answers are values that follow the answer prefix)."""
-    from functools import partial
-
     options = []
     if len(variants) > 1:
         options.append(Option("variants", f"comma list of variants ({', '.join(variants)}) or all; default {','.join(default_variants)}",
@@ -118,7 +124,8 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
         options.append(depths_option("with --protocol exact: N evenly spaced needle depths in [0, 1], or a comma list "
                                      "(default 0.1,0.3,0.5,0.7,0.9)"))  # fmt: skip
     options += trials_options("trials (random needles)")
-    options.append(Option("chat", CHAT_HELP, parse_chat, is_flag=True))
+    options.append(Option("chat", CHAT_HELP, parse_chat, is_flag=True, label=mode_of_chat))
+    options += generation_options()
     if has_haystack:  # the haystack's text digest is part of data_digest (a path says nothing of its content)
         options.append(Option("haystack", "essay haystack: essays (RULER's Paul Graham essays, after `ctxbench data fetch ruler`), a .txt/.md file, a directory of them, or RULER's PaulGrahamEssays.json (default: the running Python's pydoc prose)", _haystack,
                               identity=False))  # fmt: skip
@@ -130,7 +137,7 @@ def ruler_task(name: str, help: str, variants: tuple[str, ...], default_variants
         name=name, help=help, settings=Settings, options=tuple(options),
         prepare=partial(prepare, spec), cells=partial(cells, spec), groups=groups, run_group=partial(run_group, spec),
         cost=partial(cost, spec), metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths,
-        plots=partial(plots, name), validate=validate, legacy_options=legacy_options, settle=settle_chat,
+        plots=partial(plots, name), validate=partial(_validate, name), legacy_options=legacy_options, settle=partial(settle_generation, settle_chat),
         trials=trials.numbered_trials, prompt=partial(prompt_ids, spec),
         # string_match_all: a trial's score is the fraction of its expected answers found (multikey: 0.25, 0.5, ...)
         domains={"accuracy": FRACTION, "score": SCORE, **(proxy.ANSWER_DOMAINS if answer_nll else {})},
@@ -141,6 +148,12 @@ def legacy_options(record: dict) -> dict:
     """Rows from before options were part of the cell key: a chat run is told by its dataset
     (``ruler-niah-chat``); every such run made exact-length prompts."""
     return {"chat": record.get("dataset", "").endswith("-chat"), "protocol": "exact"}
+
+
+def _validate(name: str, settings: Settings) -> None:
+    """:func:`validate`, and the prompt mode and thinking budget against the task's answer budget."""
+    validate(settings)
+    check_generation(settings, TOKENS_TO_GENERATE.get(name, 128))
 
 
 def validate(settings: Settings) -> None:
@@ -165,11 +178,15 @@ def prepare(spec, lm, settings: Settings) -> Context:
 
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
     haystack = haystack_of(settings.haystack) if spec["has_haystack"] else None
+    tok = thinking.prompt_tokenizer(lm.tokenizer, settings)
     for variant in _variants(spec, settings):
         for n in lengths:
             try:
-                build(spec["name"], variant, lm.tokenizer, n, _depths(spec, settings)[0], 0, 0, settings.chat, haystack, settings.protocol)
+                build(spec["name"], variant, tok, thinking.room(settings, n), _depths(spec, settings)[0], 0, 0, settings.chat, haystack,
+                      settings.protocol)  # fmt: skip
             except TooShort as exc:
+                if thinking.reserve(settings):
+                    raise thinking.too_short(settings, n, exc.minimum) from None
                 raise UserError(f"length {n} is too short for {spec['name']} {variant} (needs at least {exc.minimum} tokens with this tokenizer)",
                                 f"use --len of at least {exc.minimum}") from None  # fmt: skip
     fields = {"task": spec["name"], "chat": settings.chat, "haystack": haystack.digest if haystack else ""}
@@ -178,7 +195,7 @@ def prepare(spec, lm, settings: Settings) -> Context:
     template = json.dumps(fields, sort_keys=True)
     digest = "sha256:" + hashlib.sha256(template.encode()).hexdigest()[:16]
     dataset = f"ruler-{spec['name']}" + (f":{haystack.name}" if haystack else "") + ("-chat" if settings.chat else "")
-    return Context(dataset=dataset, data_digest=digest, state=(lengths, haystack))
+    return Context(dataset=dataset, data_digest=digest, notes=mode_note(lm, settings), state=(lengths, haystack))
 
 
 def cells(spec, settings: Settings, ctx: Context) -> list[Cell]:
@@ -208,7 +225,7 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
     # a trial reuses the cache up to its first needle: RULER's random places average depth 0.5 for one
     # needle (earlier for several: the plan then undercounts a little); cwe and fwe share only the instruction
     depths = [0.0 if not spec["has_depth"] else 0.5 if d is None else d for d in _depths(spec, settings)]
-    steps = TOKENS_TO_GENERATE.get(spec["name"], 128)
+    steps = TOKENS_TO_GENERATE.get(spec["name"], 128) + thinking.reserve(settings)
     items = []
     for _ in _variants(spec, settings):
         for m in settings.methods:
@@ -225,9 +242,10 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
 def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
 
     _, haystack = ctx.state
-    tok = lm.tokenizer
+    tok, built = lm.tokenizer, thinking.prompt_tokenizer(lm.tokenizer, settings)
     prompts = {
-        cell: [build(spec["name"], cell.variant, tok, cell.length, cell.depth, ctx.seed, t, settings.chat, haystack, settings.protocol)
+        cell: [build(spec["name"], cell.variant, built, thinking.room(settings, cell.length), cell.depth, ctx.seed, t, settings.chat, haystack,
+                     settings.protocol)
                for t in range(settings.trials)]
         for cell in group
     }  # fmt: skip
@@ -249,20 +267,21 @@ def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> 
     # the answer scored in each decoded trial's own prefill; before decoding, the trials that cannot be
     scored = trials.answer_nlls(lm, ctx, prompts, answer_ids, new_tokens) if settings.metrics else {}
     scoring = answer_ids if settings.metrics else None
-    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished, continuation=scoring):
+    for cell, rows in trial_cells(lm, ctx, prompts, new_tokens, measure, finished, continuation=scoring,
+                                  think=thinking.thinking_of(tok, settings), mode=mode_of_chat(settings.chat)):  # fmt: skip
         extra = []
         if settings.metrics:
             rows = trials.with_answer_nll(rows, scored[cell])
             extra = trials.answer_nll_rows(rows, sum(v[2] for v in scored[cell].values()))
         yield cell, rows + accuracy_rows([r.value for r in rows], sum(r.tokens for r in rows), sum(r.seconds for r in rows),
-                                         metric=prompts[cell][0].metric) + extra  # fmt: skip
+                                         metric=prompts[cell][0].metric, **thinking.outcomes(rows)) + extra  # fmt: skip
 
 
 def prompt_ids(spec, lm, ctx: Context, settings: Settings, cell: Cell, trial: int) -> tuple[int, ...]:
     """Trial ``trial``'s prompt in ``cell``, as :func:`run_group` builds it (``ctxbench show-prompt``)."""
     _, haystack = ctx.state
-    return tuple(build(spec["name"], cell.variant, lm.tokenizer, cell.length, cell.depth, ctx.seed, trial, settings.chat, haystack,
-                       settings.protocol).ids)  # fmt: skip
+    return tuple(build(spec["name"], cell.variant, thinking.prompt_tokenizer(lm.tokenizer, settings), thinking.room(settings, cell.length),
+                       cell.depth, ctx.seed, trial, settings.chat, haystack, settings.protocol).ids)  # fmt: skip
 
 
 def plots(name, records, directory):

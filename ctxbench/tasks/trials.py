@@ -114,7 +114,8 @@ def most_trials(settings, items: int | None = None) -> int:
     return settings.max_trials if settings.trials == AUTO else settings.trials
 
 
-def trial_cells(lm, ctx, prompts_by_cell: dict, max_new_tokens: int, measure, finished=None, continuation=None):
+def trial_cells(lm, ctx, prompts_by_cell: dict, max_new_tokens: int, measure, finished=None, continuation=None, think=None,
+                mode: str = ""):  # fmt: skip
     """:func:`answer_cells` for the trials a cell does not hold yet: yields ``(cell, [per-trial
     Measurement, ...])`` in trial order. ``measure(trial, prompt, new_tokens, seconds)`` makes a
     trial's row; a trial the results file already holds (``ctx.kept[cell][t]``, from a run with
@@ -123,7 +124,12 @@ def trial_cells(lm, ctx, prompts_by_cell: dict, max_new_tokens: int, measure, fi
     ``continuation(prompt) -> ids``: the expected answer, scored in each decoded trial's own prefill
     under a causal method (:func:`answer_cells`); its row carries ``extra.answer_nll`` (mean NLL per
     token) and ``extra.answer_tokens``. Rows without them (kept trials, a method that is not causal)
-    are for :func:`ctxbench.tasks.trials.answer_nlls`, which scores them before decoding."""
+    are for :func:`ctxbench.tasks.trials.answer_nlls`, which scores them before decoding.
+    ``think`` (:class:`ctxbench.model.thinking.Thinking`): each trial thinks up to the budget first;
+    ``measure`` sees the answer's tokens only (the reasoning stripped by ctxbench,
+    :func:`ctxbench.model.thinking.split`) and the row records ``think_tokens``, ``think_exhausted``
+    and ``think_closed``. Every decoded row records ``prompt_sha256`` (:func:`prompt_digest`) and,
+    given ``mode``, ``prompt_mode``."""
 
     kept = getattr(ctx, "kept", None) or {}
     todo, index = {}, {}
@@ -139,13 +145,34 @@ def trial_cells(lm, ctx, prompts_by_cell: dict, max_new_tokens: int, measure, fi
         if cell not in todo:
             yield cell, whole(cell, {})
     if todo:
-        for cell, answers in answer_cells(lm, todo, max_new_tokens, finished, continuation):
-            rows = [measure(t, p, new, s) for t, (p, new, s, *_) in zip(index[cell], answers, strict=True)]
+        for cell, answers in answer_cells(lm, todo, max_new_tokens, finished, continuation, think):
+            rows = [_recorded(measure(t, a[0], a[1], a[2]), a[0], mode, a[4] if think is not None else None)
+                    for t, a in zip(index[cell], answers, strict=True)]  # fmt: skip
             if continuation is not None:
                 scored = {t: (float(a[3].double().mean()), int(a[3].numel()), 0.0)
                           for t, a in zip(index[cell], answers, strict=True) if a[3] is not None}  # fmt: skip
                 rows = with_answer_nll(rows, scored)
             yield cell, whole(cell, dict(zip(index[cell], rows, strict=True)))
+
+
+def prompt_digest(ids) -> str:
+    """``sha256:`` and the hex SHA-256 of a prompt's token ids, each as 4 bytes little-endian
+    unsigned (``struct.pack("<%dI", *ids)``): the exact token ids a trial was scored on, whatever
+    tokenizer or template made them (``ctxbench show-prompt`` rebuilds and checks a row's prompt)."""
+    import hashlib
+    import struct
+
+    ids = [int(t) for t in ids]
+    return "sha256:" + hashlib.sha256(struct.pack(f"<{len(ids)}I", *ids)).hexdigest()
+
+
+def _recorded(row: Measurement, prompt, mode: str, thought: dict | None) -> Measurement:
+    """A decoded trial's row with the prompt it was scored on (its mode and the digest of its token
+    ids) and what it thought (:func:`ctxbench.tasks.thinking.row_extra`)."""
+    from dataclasses import replace
+
+    extra = {**row.extra, "prompt_sha256": prompt_digest(prompt.ids), **({"prompt_mode": mode} if mode else {}), **(thought or {})}
+    return replace(row, extra=extra)
 
 
 def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> list:
@@ -165,7 +192,7 @@ def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> 
     ]
 
 
-def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, continuation=None):
+def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, continuation=None, think=None):
     """Greedy answers of every cell's trial prompts (``{cell: [prompt, ...]}``, prompts with
     ``.ids``), all cells of one (method, factor, length) decoded together with their shared
     prefixes computed once (:func:`ctxbench.model.decoding.decode_shared`; each prompt whole under a method
@@ -177,23 +204,34 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, 
     new_tokens)``: the trial's score can no longer change, so its decoding may stop early.
     ``continuation(prompt) -> ids``: each entry is ``(prompt, new_tokens, seconds, nll)``, ``nll``
     the (k,) NLL of the expected answer scored in the prompt's own prefill (no second prefill), or
-    None under a method that is not causal, whose prompt and answer cannot share a forward."""
+    None under a method that is not causal, whose prompt and answer cannot share a forward.
+    ``think``: each trial thinks first (:meth:`ctxbench.backends.base.Session.answers`); each entry
+    is then ``(prompt, answer_tokens, seconds, nll, thought)``: the tokens after the reasoning
+    (stripped here, by the tags' ids: :func:`ctxbench.model.thinking.split`) and what the row
+    records of it."""
     from ctxbench import backends
+    from ctxbench.model.thinking import split
+    from ctxbench.tasks.thinking import row_extra
 
     first = next(iter(prompts_by_cell))
     assert all((c.method, c.factor, c.length) == (first.method, first.factor, first.length) for c in prompts_by_cell)
     owner = [(cell, t) for cell, prompts in prompts_by_cell.items() for t in range(len(prompts))]
     flat = [prompts_by_cell[cell][t] for cell, t in owner]
-    seq_len = decode_length(first, flat, max_new_tokens)
+    seq_len = decode_length(first, flat, max_new_tokens if think is None else think.steps(max_new_tokens))
     pending = {cell: len(prompts) for cell, prompts in prompts_by_cell.items()}
     done: dict = {}
     scored = continuation is not None and first.method.causal
     conts = [list(continuation(p)) for p in flat] if scored else None
     with backends.session(lm, first.method, first.factor or 1.0, seq_len) as engine:
         stop = None if finished is None else (lambda i, new: finished(flat[i], new))
-        for a in engine.answers([p.ids for p in flat], max_new_tokens, finished=stop, share=first.method.causal, continuations=conts):
+        more = {} if think is None else {"think": think}  # a plug-in backend written before thinking is asked as before
+        for a in engine.answers([p.ids for p in flat], max_new_tokens, finished=stop, share=first.method.causal, continuations=conts, **more):
             cell, t = owner[a.index]
-            done[(cell, t)] = (flat[a.index], a.tokens, a.seconds) + ((a.nll,) if continuation is not None else ())
+            if think is None:
+                done[(cell, t)] = (flat[a.index], a.tokens, a.seconds) + ((a.nll,) if continuation is not None else ())
+            else:
+                part = split(a.tokens, think, flat[a.index].ids)
+                done[(cell, t)] = (flat[a.index], part.answer, a.seconds, a.nll, row_extra(part, a.forced))
             pending[cell] -= 1
             if pending[cell] == 0:
                 yield cell, [done[(cell, i)] for i in range(len(prompts_by_cell[cell]))]

@@ -259,8 +259,6 @@ def _documents(lm, settings: TuneSettings, target: int) -> tuple[dict, str]:
 
 
 def _provenance(lm, settings: TuneSettings, space: Space, data_digest: str, sampler: str) -> dict:
-    import platform  # noqa: F401  (kept light: versions only)
-
     from ctxbench import backends
     from ctxbench.version import __version__
 

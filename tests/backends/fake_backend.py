@@ -110,20 +110,23 @@ class FakeSession:
     def sliding_nll(self, ids, window: int, stride: int, chunk: int = 1024):
         raise NotImplementedError
 
-    def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None):
+    def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None, think=None):
         from ctxbench.model.decoding import Answer, stop_tokens
 
         stop = stop_tokens(self.lm.hf.model, self.lm.hf.tokenizer)
         nlls = {s.index: s.nll for s in self.scores(prompts, continuations)} if continuations is not None else {}
         for i, p in enumerate(prompts):
             cur, new = [int(t) for t in p], []
-            for _ in range(max_new_tokens):
+            steer = None if think is None else think.steer(p, max_new_tokens)  # the budget's rule, token by token
+            for _ in range(max_new_tokens if think is None else think.steps(max_new_tokens)):
                 token = int(self._logp(cur).argmax())
+                token = token if steer is None else steer.take(token)
                 new.append(token)
-                if token in stop or (finished is not None and finished(i, tuple(new))):
+                seen = tuple(new) if steer is None else steer.answer(new)
+                if token in stop or (finished is not None and seen and finished(i, seen)) or (steer is not None and steer.spent):
                     break
                 cur.append(token)
-            yield Answer(i, tuple(new), 0.0, nlls.get(i))
+            yield Answer(i, tuple(new), 0.0, nlls.get(i), forced=bool(steer and steer.forced))
 
     def scores(self, prompts, continuations, share: bool = True):
         from ctxbench.model.decoding import Scored

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+
+import pytest
+
 import ctxbench
+from ctxbench.errors import UserError
 from ctxbench.results import COLUMNS
 
 
@@ -18,6 +23,20 @@ def test_load_results_reads_what_run_wrote(tiny_lm, corpus_dir, tmp_path):
     df = ctxbench.run("ppl", tiny_lm, method="ntk", factor=2, length="32", dataset=str(corpus_dir), docs=1, out=tmp_path / "a.csv")
     again = ctxbench.load_results(tmp_path / "a.csv")
     assert again.value.tolist() == df.value.tolist()
+
+
+def test_load_results_refuses_a_value_no_run_can_produce_naming_the_file(tiny_lm, corpus_dir, tmp_path):
+    """The API reads through the validated reader report and compare use: a perplexity no run can
+    produce (below 1) is refused, naming the file."""
+    ctxbench.run("ppl", tiny_lm, method="ntk", factor=2, length="32", dataset=str(corpus_dir), docs=1, out=tmp_path / "a.csv")
+    rows = list(csv.DictReader((tmp_path / "a.csv").open()))
+    next(r for r in rows if r["metric"] == "ppl")["value"] = "-3"
+    with (tmp_path / "b.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with pytest.raises(UserError, match="b.csv"):
+        ctxbench.load_results(tmp_path / "b.csv")
 
 
 def test_sweep_runs_a_suite_on_a_given_model(tiny_lm, corpus_dir, tmp_path):

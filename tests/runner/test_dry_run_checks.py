@@ -20,8 +20,6 @@ from helpers import byte_tokenizer, one_error_line, run_settings, save_with_toke
 
 from ctxbench.results import COLUMNS
 
-TIMES: dict[str, float] = {}
-
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch, saved_model):
@@ -97,7 +95,6 @@ def test_dry_run_refuses_what_the_run_refuses_in_the_same_words(workdir, saved_m
     code, out, err, seconds = _main(_argv(task, saved_model, method, params, factor, dry=True), monkeypatch, capsys)
     line = one_error_line(code, err, words)
     assert "cells" not in out and "results ->" not in out  # refused before the plan
-    TIMES[f"{task} {method} {' '.join(params) or factor}"] = seconds
     code, out, err, run_seconds = _main(_argv(task, saved_model, method, params, factor, dry=False), monkeypatch, capsys)
     assert one_error_line(code, err, words) == line and out == ""  # the run: the same line, before loading anything
     assert (workdir / "results.csv").read_bytes() == before
@@ -172,10 +169,3 @@ def test_a_run_with_a_nan_cell_exits_1_withone_error_line(tmp_path, corpus_dir, 
     from ctxbench.results.store import read_records
 
     assert [r["status"] for r in read_records(out)] == ["non-finite"]
-
-
-def test_zz_report_times():
-    """The dry-run refusals' times, for the record (not asserted: a shared 2-core machine)."""
-    if TIMES:
-        worst = max(TIMES.values())
-        print(f"\n{len(TIMES)} dry-run refusals: median {sorted(TIMES.values())[len(TIMES) // 2]:.3f} s, worst {worst:.3f} s")
