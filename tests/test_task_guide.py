@@ -37,5 +37,5 @@ def test_the_guide_states_the_decoding_signature():
     from ctxbench.model.decoding import decode_shared
 
     params = list(inspect.signature(decode_shared).parameters)
-    assert "decode_shared(model, prompts, max_new_tokens, eos, budget=CACHE_BUDGET,\nfinished=None, share=True, continuations=None)" in GUIDE
-    assert params == ["model", "prompts", "max_new_tokens", "eos", "budget", "finished", "share", "continuations"]
+    assert "decode_shared(model, prompts, max_new_tokens, eos, budget=CACHE_BUDGET,\nfinished=None, share=True, continuations=None, think=None)" in GUIDE
+    assert params == ["model", "prompts", "max_new_tokens", "eos", "budget", "finished", "share", "continuations", "think"]

@@ -65,13 +65,13 @@ class Option:
     that is not declared repeatable).
 
     ``split``: the option's value is a tuple, and a command given several values runs each as a run
-    of its own into one grid (``--prompt-mode chat,completion``: one run per mode, :meth:`Task.runs`).
+    of its own into one grid (``--prompt-mode chat,completion``: one run per mode, `Task.runs`).
 
     ``label``: the option's values are compared side by side, as methods are: where the cells of a
     table differ only in it (the same seed, trials and every other option), ``rank`` and the paired
     comparisons read them as one table whose labels carry its text (``none (chat)`` beside ``none
     (completion)``), paired trial by trial. A prompt mode is one: it changes the prompt a trial is
-    scored on, not its data (:func:`ctxbench.results.identity.paired_setting`).
+    scored on, not its data (`ctxbench.results.identity.paired_setting`).
 
     ``aliases``: older spellings of the flag (``--depth``), accepted but hidden from ``--help``,
     with a deprecation note on stderr: a renamed option keeps its old spelling for a release.
