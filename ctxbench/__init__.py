@@ -3,10 +3,7 @@
 The Python API (:mod:`ctxbench.api`) is loaded on first use, so importing a leaf module
 (``ctxbench.errors``, ``ctxbench.parsing``) never pulls in the runner.
 """
-from ctxbench import _compat
 from ctxbench.version import __version__
-
-_compat.install()  # old module paths (ctxbench.patching, ...) keep working for one release
 
 __all__ = ["__version__", "run", "sweep", "load_model", "load_results"]
 

@@ -10,7 +10,15 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
+from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
+from ctxbench.defaults import (
+    DEFAULT_ATTN,
+    DEFAULT_DEVICE,
+    DEFAULT_DTYPE,
+    DEFAULT_FACTOR,
+    DEFAULT_MODEL,
+    DEFAULT_SEED,
+)
 from ctxbench.results import store
 from ctxbench.results.store import COLUMNS
 from ctxbench.runner.grid import Job, ModelConfig, execute
@@ -21,21 +29,21 @@ from ctxbench.tasks import get
 if TYPE_CHECKING:  # for the annotations only: importing ctxbench loads neither pandas nor torch
     import pandas as pd
 
-    from ctxbench.model.load import LoadedModel
+    from ctxbench.backends.base import Engine
 
 
 def load_model(
     spec: str = DEFAULT_MODEL,
-    device: str = "auto",
-    dtype: str = "auto",
+    device: str = DEFAULT_DEVICE,
+    dtype: str = DEFAULT_DTYPE,
     trust_remote_code: bool = False,
-    attn: str | None = "sdpa",
+    attn: str | None = DEFAULT_ATTN,
     device_map: str | None = None,
     quantization: str | None = None,
-) -> LoadedModel:
+) -> Engine:
     """Load a model and its tokenizer once, to pass to `run` or `sweep` as `model=`.
 
-    The same loader as the CLI's (`ctxbench.model.load.load`): the model is checked to have RoPE
+    The same loader as the CLI's default backend (transformers, `ctxbench.backends.hf`): the model is checked to have RoPE
     before its weights load, and nothing is downloaded unless `spec` is a hub id.
 
     Args:
@@ -49,28 +57,26 @@ def load_model(
         quantization: `"4bit"` or `"8bit"` (bitsandbytes), or `None`.
 
     Returns:
-        The loaded model (`ctxbench.model.load.LoadedModel`): model, tokenizer and their
-            provenance.
+        The loaded model on transformers (`ctxbench.backends.hf.HfEngine`, a
+            `ctxbench.backends.base.Engine`): model, tokenizer and their provenance.
     """
-    from ctxbench.model.load import load
-
-    return load(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code, attn=attn, device_map=device_map,
-                quantization=quantization)  # fmt: skip
+    return ModelConfig(model=spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code, attn=attn, device_map=device_map,
+                       quantization=quantization).load()  # fmt: skip
 
 
 def run(
     task: str = "ppl",
-    model: LoadedModel | str = DEFAULT_MODEL,
+    model: Engine | str = DEFAULT_MODEL,
     method: str | Sequence[str] = "none",
     factor: float | str | Sequence[float] = DEFAULT_FACTOR,
     length: int | str | Sequence[int | str] | None = None,
     params: dict | None = None,
     out: str | os.PathLike | None = None,
     resume: bool = True,
-    seed: int = 0,
-    device: str = "auto",
-    dtype: str = "auto",
-    backend: str = "hf",
+    seed: int = DEFAULT_SEED,
+    device: str = DEFAULT_DEVICE,
+    dtype: str = DEFAULT_DTYPE,
+    backend: str = DEFAULT_BACKEND,
     show: bool = False,
     **options: Any,
 ) -> pd.DataFrame:
@@ -91,7 +97,7 @@ def run(
         seed: the run's seed (trial `t` is the same prompt for every method).
         device: as in `load_model`, when `model` is a name.
         dtype: as in `load_model`, when `model` is a name.
-        backend: `"hf"` (transformers) or `"vllm"` (see `ctxbench.backends`).
+        backend: `"hf"` (transformers, the default), `"vllm"` or `"llamacpp"` (see `ctxbench.backends`).
         show: print the plan, progress and summary table as the CLI does.
         **options: the task's own options (`docs=2` for ppl, `trials=8` for passkey).
 
@@ -109,8 +115,8 @@ def run(
 
 def tune_method(method: str, target: int, out: str | os.PathLike, *, objective: str = "nll", budget: int | None = None,
                 minutes: float | None = None, guard: float | None = None, docs: int = 4, dataset: str | None = None,
-                split: str = "test", text_column: str = "text", params=(), sampler: str = "auto", export: str | None = None, model=DEFAULT_MODEL, seed: int = 0,
-                resume: bool = True, device: str = "auto", dtype: str = "auto", attn: str = "sdpa", backend: str = "hf",
+                split: str = "test", text_column: str = "text", params=(), sampler: str = "auto", export: str | None = None, model=DEFAULT_MODEL, seed: int = DEFAULT_SEED,
+                resume: bool = True, device: str = DEFAULT_DEVICE, dtype: str = DEFAULT_DTYPE, attn: str = DEFAULT_ATTN, backend: str = DEFAULT_BACKEND,
                 trust_remote_code: bool = False, dry_run: bool = False, console=None):  # fmt: skip
     """Search a method's parameters for a model at a target length, then judge the winner on held-out data, as `ctxbench tune` does.
 
@@ -143,7 +149,7 @@ def tune_method(method: str, target: int, out: str | os.PathLike, *, objective: 
     return tune(settings, config, console)
 
 
-def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model: LoadedModel | None = None,
+def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume: bool = True, model: Engine | None = None,
           show: bool = False) -> pd.DataFrame:  # fmt: skip
     """Run every job of a suite with the model loaded once, as `ctxbench sweep` does.
 

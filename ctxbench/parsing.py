@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from ctxbench.errors import UserError
@@ -84,7 +85,7 @@ def _split_outside(text: str, what: str, brackets: str, example: str) -> list[st
     return items
 
 
-def split_methods(text: str | list | tuple, what: str = "--method") -> list[str]:
+def split_methods(text: str | Sequence[str], what: str = "--method") -> list[str]:
     """``"none,yarn(beta_fast=24,beta_slow=2)"`` -> ``["none", "yarn(beta_fast=24,beta_slow=2)"]``:
     commas inside ``(...)`` or ``[...]`` belong to one method spec (its parameters; a list value),
     so a label as reports print it (``yarn(beta_fast=24,beta_slow=2)``) is one item."""

@@ -113,7 +113,7 @@ def rows_for(name: str, backends: tuple[str, ...], folder: Path) -> list[dict]:
             try:
                 if backend == "hf":
                     if hf_lm is None:
-                        from ctxbench.model.load import load
+                        from ctxbench.backends.hf import load_model as load
 
                         hf_lm = load(str(path), device="cpu", dtype="float32", attn="sdpa")
                     hf_values[method] = values = measure(hf_lm, method)

@@ -19,9 +19,10 @@ from dataclasses import replace
 
 import torch
 
+from ctxbench.backends.hf import load_model as load
 from ctxbench.methods.patching import applied
 from ctxbench.model.decoding import score_shared
-from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.model.load import DEFAULT_MODEL
 from ctxbench.model.scoring import decoder
 from ctxbench.runner.settings import build_settings
 from ctxbench.synthetic import build

@@ -34,7 +34,7 @@ if way == "describe":
     from ctxbench.runner.grid import ModelConfig
     lm = vllm.load(ModelConfig(model=path, backend="vllm", dtype="bfloat16"))
 else:
-    from ctxbench.model.load import load
+    from ctxbench.backends.hf import load_model as load
     lm = load(path, device="cpu", dtype="float32")  # what the vLLM backend did before
 # VmHWM: this process's own peak (ru_maxrss would carry over the parent's, fork + exec)
 hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))

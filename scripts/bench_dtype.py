@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.backends.hf import load_model as load
+from ctxbench.model.load import DEFAULT_MODEL
 from ctxbench.runner.grid import Job, MemoryResults, run_task
 from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get

@@ -25,7 +25,8 @@ import time
 
 import torch
 
-from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.backends.hf import load_model as load
+from ctxbench.model.load import DEFAULT_MODEL
 from ctxbench.model.size import ModelSize
 from ctxbench.parsing import parse_lengths
 

@@ -221,9 +221,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import transformers
 
+    from ctxbench.backends.hf import HfEngine as LoadedModel
     from ctxbench.methods import kernels
     from ctxbench.model.geometry import RopeGeometry
-    from ctxbench.model.load import LoadedModel
     from ctxbench.model.size import ModelSize
     from ctxbench.parsing import parse_lengths
 

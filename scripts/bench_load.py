@@ -24,7 +24,7 @@ MEASURE = """
 import hashlib, json, sys, time
 t0 = time.perf_counter()
 if sys.argv[1] == "ctxbench":
-    from ctxbench.model.load import load
+    from ctxbench.backends.hf import load_model as load
     model = load("smollm2-135m", device="cpu", dtype="float32").model
 else:
     import torch

@@ -18,8 +18,9 @@ import time
 
 import torch
 
+from ctxbench.backends.hf import load_model as load
 from ctxbench.methods.patching import applied
-from ctxbench.model.load import DEFAULT_MODEL, load
+from ctxbench.model.load import DEFAULT_MODEL
 from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get, passkey
 

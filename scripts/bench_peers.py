@@ -70,7 +70,7 @@ def run(argv: list[str]) -> Timed:
 
 def checkpoint() -> str:
     """The default model as the transformers folder ctxbench dequantises it to (made once, cached)."""
-    from ctxbench.model.load import load
+    from ctxbench.backends.hf import load_model as load
 
     lm = load("smollm2-135m", device="cpu", dtype="float32")
     return str(lm.checkpoint)
@@ -321,15 +321,14 @@ def write_table(args, table, notes) -> None:
 PASS_SCRIPT = """
 import json, sys, time
 import torch
-from ctxbench import backends
 from ctxbench.methods.setting import resolve
-from ctxbench.model.load import load
+from ctxbench.backends.hf import load_model as load
 ckpt, docs, n, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 lm = load(ckpt, device="cpu", dtype="float32")
 ids = [lm.tokenizer.bos_token_id] + lm.tokenizer(json.loads(open(docs).readline())["text"], add_special_tokens=False)["input_ids"]
 ids = torch.tensor(ids[:n])
 seconds = []
-with backends.session(lm, resolve("none"), 1.0, n) as session:
+with lm.session(resolve("none"), 1.0, n) as session:
     for _ in range(repeats):
         t0 = time.perf_counter()
         nll = session.token_nll(ids)

@@ -18,7 +18,8 @@ import time
 
 import torch
 
-from ctxbench.model.load import DEFAULT_MODEL, load, locate
+from ctxbench.backends.hf import load_model as load
+from ctxbench.model.load import DEFAULT_MODEL, locate
 from ctxbench.model.measure import Measured
 from ctxbench.runner.grid import Job, MemoryResults, run_task
 from ctxbench.runner.settings import build_settings

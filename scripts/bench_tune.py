@@ -29,7 +29,7 @@ import torch
 def tiny_lm(trained: int, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ctxbench.model.load import wrap
+    from ctxbench.backends.hf import wrap
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -42,7 +42,7 @@ def real_lm(model: str, trained: int):
     """The model with its trained length taken as ``trained`` (what the methods scale from)."""
     import dataclasses
 
-    from ctxbench.model.load import load
+    from ctxbench.backends.hf import load_model as load
 
     lm = load(model, device="cpu", dtype="float32")
     return dataclasses.replace(lm, geometry=dataclasses.replace(lm.geometry, trained_len=trained))

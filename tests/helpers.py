@@ -188,8 +188,8 @@ class ScriptedLM(CopyingLM):
 
 
 def scripted_lm(tokenizer, script: dict):
+    from ctxbench.backends.hf import HfEngine as LoadedModel
     from ctxbench.model.geometry import RopeGeometry
-    from ctxbench.model.load import LoadedModel
 
     return LoadedModel(ScriptedLM(script), tokenizer, RopeGeometry(head_dim=16, rotary_dim=16, base=10000.0, trained_len=TRAINED),
                        name="scripted", digest="scripted", device="cpu", dtype="float32")  # fmt: skip

@@ -1,12 +1,14 @@
 """The folders are the architecture (docs/design.md, "The house"): every import of a ctxbench module,
 at a module's top or inside a function, points down the layers, and no modules import each other
-round in a circle."""
+round in a circle; and no code outside the registries switches on a method's, task's or
+objective's name."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
 from helpers import ROOT
 
 PACKAGE = ROOT / "ctxbench"
@@ -22,7 +24,7 @@ LAYERS = [
     {"backends"},
     {"methods"},
     {"model"},
-    {"errors", "parsing", "stats", "defaults", "version", "synthetic", "_compat", "textsafe", "outfiles"},
+    {"errors", "parsing", "stats", "defaults", "version", "synthetic", "textsafe", "outfiles"},
 ]
 
 
@@ -115,4 +117,128 @@ def test_only_backends_and_model_touch_the_loaded_models_torch_module_or_probe_w
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"hasattr\(lm\s*,|getattr\(lm\s*,|\blm\.model\b", line):
                 found.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+# --- no code switches on a method's, task's or objective's name ------------------------------------
+
+# The registries that map names to objects, the one place a name may pick one (each answers "which
+# object is this name?"; everything else asks the object).
+REGISTRIES = {
+    "ctxbench/methods/registry.py": "METHODS and ALIASES: a method's entry by name",
+    "ctxbench/tasks/__init__.py": "registry(): a task by name, built-ins and plug-ins",
+    "ctxbench/tune/objective.py": "OBJECTIVES: tune's objective by --objective name",
+}
+# What holds a name: ``x.name``, ``name``, ``task_name``, ``x.task``, ``row["method"]``, ``row.get("objective")``.
+NAME_HOLDERS = {"name", "task", "method", "objective"}
+
+
+def _registered_names() -> dict[str, str]:
+    """Every method name and alias, task name and objective name, with what it names (backend names
+    are not here: the backends are asked by their own check)."""
+    from ctxbench.methods import ALIASES, METHODS
+    from ctxbench.tasks import registry
+    from ctxbench.tune.objective import OBJECTIVES
+
+    return {**{n: "method" for n in (*METHODS, *ALIASES)}, **{n: "task" for n in registry()}, **{n: "objective" for n in OBJECTIVES}}
+
+
+NAMES = _registered_names()
+
+
+def _holds_a_name(node: ast.AST) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr in NAME_HOLDERS or node.attr.endswith("_name")
+    if isinstance(node, ast.Name):
+        return node.id in NAME_HOLDERS or node.id.endswith("_name")
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value in NAME_HOLDERS
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+        return isinstance(node.args[0], ast.Constant) and node.args[0].value in NAME_HOLDERS
+    return False
+
+
+def _names_in(node: ast.AST) -> list[str]:
+    """Registered names a literal holds: a string, or the strings of a tuple, list or set."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in NAMES:
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [n for elt in node.elts for n in _names_in(elt)]
+    return []
+
+
+def name_switches(source: str) -> list[tuple[int, str]]:
+    """``(line, code)`` of each comparison (``==``, ``!=``, ``in``, ``not in``) or ``case`` of something
+    holding a name against a registered method, task or objective name: ``setting.name == "yarn"``,
+    ``name in ("ppl", "passkey")``, ``row["task"] == "niah"``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_holds_a_name(o) for o in operands) and any(_names_in(o) for o in operands):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Match) and _holds_a_name(node.subject):
+            found += [(case.pattern.lineno, f"case {ast.unparse(case.pattern)}") for case in node.cases
+                      if any(_names_in(p.value) for p in ast.walk(case.pattern) if isinstance(p, ast.MatchValue))]  # fmt: skip
+    return found
+
+
+def test_no_code_switches_on_a_method_task_or_objective_name_outside_the_registries():
+    offenders = [f"{path.relative_to(ROOT)}:{line}: {code}" for path in sorted(PACKAGE.rglob("*.py"))
+                 if str(path.relative_to(ROOT)) not in REGISTRIES for line, code in name_switches(path.read_text())]  # fmt: skip
+    assert not offenders, "ask the object (its registry entry's fields) instead of its name:\n" + "\n".join(offenders)
+
+
+def test_the_registries_the_name_scan_allows_are_there():
+    assert all((ROOT / path).is_file() for path in REGISTRIES)
+
+
+@pytest.mark.parametrize("snippet,count", [
+    ('if setting.name == "yarn": pass', 1),
+    ('if self.scaler.name != "logn": pass', 1),
+    ('if name in ("ppl", "passkey"): pass', 1),
+    ('if task == "niah": pass', 1),
+    ('if r["task"] == "ppl" and r.get("method") != "none": pass', 2),
+    ('if objective.name == "needle": pass', 1),
+    ('match spec.method_name:\n    case "self-extend": pass\n    case _: pass', 1),
+    ('if r["metric"] == "ppl": pass', 0),  # a metric of that name, not the task
+    ('if kind == "needle": pass', 0),  # a haystack of needles, not the objective
+    ('setting = resolve("none")', 0),  # using a method by name is not switching on one
+    ('if d.name == dim: pass', 0),  # a lookup by a name held in a variable
+    ('if config.backend == "vllm": pass', 0),  # backends: their own check
+])  # fmt: skip
+def test_the_name_scan_finds_switches_and_only_those(snippet, count):
+    assert len(name_switches(snippet)) == count, name_switches(snippet)
+
+
+def test_no_code_outside_backends_asks_which_engine_it_holds():
+    """An engine is an object (``ctxbench.backends.base.Engine``): outside ``backends/`` no module
+    imports a backend's own module, compares anything with a backend's name, or reaches the package
+    for more than its registry (``get``, ``DEFAULT``, ``BACKENDS``) and the base class."""
+    import re
+
+    from ctxbench.backends import BACKENDS
+
+    names = "|".join(re.escape(n) for n in BACKENDS)
+    switch = re.compile(rf"""(==|!=)\s*["']({names})["']|["']({names})["']\s*(==|!=)|\.backend\s*(==|!=|in\b)|backends\.(of|session)\(""")
+    own = {f"ctxbench.backends.{n}" for n in BACKENDS}
+    found = []
+    for name, path in MODULES.items():
+        if name.split(".")[1:2] == ["backends"]:
+            continue
+        found += [f"{name} imports {t}" for t in imports()[name] if t in own]
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if switch.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A name used across modules is public in its module: no ``from ctxbench.x import _name``."""
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ctxbench"):
+                found += [f"{name}: from {node.module} import {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]  # fmt: skip
     assert not found, "\n".join(found)

@@ -1,6 +1,6 @@
 """The README and the docs pages name only what exists: every repository path they give (in prose,
 code spans and code blocks) is a file or folder of the repository, and every ``ctxbench.*`` module
-or attribute they name resolves, never through a deprecated 0.1 module path (``ctxbench._compat``).
+or attribute they name resolves (the 0.1 module paths are gone: they no longer resolve).
 
 Not checked as paths: URLs; placeholders (``tests/<folder>/``, ``{...}``); a user's own files in an
 example (``tasks/mine.toml``, ``my-gate.yml``); and the outputs a built-in suite writes by default
@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from ctxbench._compat import MOVED
 
 try:
     import tomllib
@@ -72,9 +70,6 @@ def resolve(name: str) -> str | None:
     """Why ``name`` (``ctxbench.a.b.c``) does not resolve, or None: its longest importable prefix is
     imported and the rest looked up as attributes."""
     parts = name.split(".")
-    for i in range(2, len(parts) + 1):
-        if ".".join(parts[:i]) in MOVED:
-            return f"deprecated: {'.'.join(parts[:i])} moved to {MOVED['.'.join(parts[:i])]}"
     module, rest = None, []
     for i in range(len(parts), 0, -1):
         try:
@@ -94,8 +89,6 @@ def resolve(name: str) -> str | None:
 def bad_names(text: str, page: str) -> list[Hit]:
     hits = []
     for i, line in _lines(text):
-        if "_compat" in line:  # the line that documents the old paths themselves
-            continue
         for m in NAME.finditer(line):
             why = resolve(m.group(1))
             if why:
@@ -132,7 +125,7 @@ def test_the_pages_are_scanned_at_all(pages):
     assert len({m.group(1) for m in PATH.finditer(text)}) > 40 and len({m.group(1) for m in NAME.finditer(text)}) > 15
 
 
-def test_a_dead_path_a_missing_attribute_and_a_deprecated_module_are_each_found():
+def test_a_dead_path_a_missing_attribute_and_a_removed_0_1_module_are_each_found():
     text = (
         "Run `pytest tests/test_patching.py -k cuda`; see scripts/nope.py and tests/*/test_nothing_*.py.\n"
         "```\nctxbench.tasks.proxy.answer_nlls(lm, ...)\nfrom ctxbench.tasks.trials import answer_nlls, nothing_here\n```\n"
@@ -144,5 +137,5 @@ def test_a_dead_path_a_missing_attribute_and_a_deprecated_module_are_each_found(
     names = {h.what: h.why for h in bad_names(text, "page.md")}
     assert set(names) == {"ctxbench.tasks.proxy.answer_nlls", "from ctxbench.tasks.trials import nothing_here",
                           "ctxbench.patching.applied"}  # fmt: skip
-    assert names["ctxbench.patching.applied"].startswith("deprecated: ctxbench.patching moved to ctxbench.methods.patching")
+    assert names["ctxbench.patching.applied"] == "ctxbench has no attribute 'patching'"  # a 0.1 path, gone in 0.2
     assert "has no attribute 'answer_nlls'" in names["ctxbench.tasks.proxy.answer_nlls"]

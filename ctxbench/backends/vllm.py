@@ -38,10 +38,25 @@ import gc
 import math
 import os
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from ctxbench.backends.base import Engine, Finished, ModelOptions
 from ctxbench.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+    from ctxbench.methods.setting import MethodSetting
+    from ctxbench.model.decoding import Answer, Scored
+    from ctxbench.model.geometry import RopeGeometry
+    from ctxbench.model.size import ModelSize
+    from ctxbench.model.thinking import Thinking
+
+# What tells one engine from another (:meth:`VllmEngine.engine_key`): method setting, factor, length or None.
+EngineKey = tuple["MethodSetting", "float | None", "int | None"]
 
 NAME = "vllm"
 # Metrics that need the model's hidden states or a second, unscaled model: vLLM returns neither.
@@ -65,12 +80,7 @@ def version() -> str | None:
     return None
 
 
-def identity(lm) -> str:
-    """The ``backend`` column: the engine's name and version."""
-    return f"{NAME} {lm.engine_version}"
-
-
-def check(methods, metrics, config) -> None:
+def check(methods: Sequence[MethodSetting], metrics: Sequence[str], config: ModelOptions) -> None:
     """Refuse, before the plan, what vLLM cannot run: a method it cannot express, a metric that
     needs hidden states, a model option that only transformers reads, or vLLM not installed."""
     for name, value, what in (("--attn", config.attn not in (None, "sdpa"), "vLLM picks its own attention kernel"),
@@ -78,8 +88,7 @@ def check(methods, metrics, config) -> None:
                               ("--quantization", config.quantization, "vLLM reads a quantised checkpoint's own config")):  # fmt: skip
         if value:
             raise UserError(f"{name} is a transformers option and --backend vllm is asked for ({what})", f"drop {name}, or use --backend hf")
-    if config.tensor_parallel < 1:
-        raise UserError(f"--tensor-parallel {config.tensor_parallel} must be >= 1", "pass the number of GPUs, e.g. --tensor-parallel 2")
+    check_heads(config.tensor_parallel, config.model, config.trust_remote_code)
     for metric in metrics:
         if metric in HIDDEN_METRICS:
             raise UserError(f"--metrics {metric} needs {HIDDEN_METRICS[metric]}, which vLLM does not return",
@@ -97,6 +106,19 @@ def check(methods, metrics, config) -> None:
         raise UserError("--backend vllm needs vLLM, which is not installed", f"install it with {INSTALL}, or use --backend hf")
 
 
+def check_heads(tp: int, model: str, trust_remote_code: bool) -> None:
+    """vLLM splits the attention heads evenly among ``tp`` GPUs: refuse a ``tp`` that does not divide
+    the heads of the model's config (read without weights; vLLM refused it after loading, in its own words)."""
+    from ctxbench.model.files import config_source, load_counts
+
+    source = config_source(model) if tp > 1 else None
+    heads = None if source is None else load_counts(source, trust_remote_code)[1]
+    if heads and heads % tp:
+        fits = [n for n in range(tp - 1, 0, -1) if heads % n == 0][0]
+        raise UserError(f"--tensor-parallel {tp}: the model's {heads} attention heads do not divide among {tp} GPUs "
+                        f"(vLLM splits the heads evenly)", f"use --tensor-parallel {fits}, a divisor of {heads}")  # fmt: skip
+
+
 def runs() -> tuple[str, ...]:
     """The methods this backend runs: those ``export --to vllm`` expresses."""
     from ctxbench.methods import exportable
@@ -104,45 +126,18 @@ def runs() -> tuple[str, ...]:
     return exportable("vllm")
 
 
-def refusal(method) -> str | None:
+def refusal(method: MethodSetting) -> str | None:
     """Why vLLM cannot run ``method`` (a resolved setting), or None."""
     return method.export_refusal("vllm")
 
 
-def check_cells(lm, jobs, contexts) -> None:
-    """Refuse, before the plan, a cell whose positions run past the rotary table vLLM builds for its
-    method (:func:`ctxbench.methods.vllm_table_positions`: yarn's ends at the original length times
-    the factor). A cell needs its length, plus the answer a task decodes past it (``max_new_tokens``:
-    passkey's prompt fills the length; RULER's prompt and answer fit in it). The engine check, when
-    the engine starts, still compares every position the run uses."""
-    from ctxbench.methods import vllm_longrope_switch, vllm_table_positions
-    from ctxbench.methods.export import method_rope, vllm_settings
-
-    for job, ctx in zip(jobs, contexts, strict=True):
-        past = int(getattr(job.settings, "max_new_tokens", 0) or 0)
-        for cell in job.task.cells(job.settings, ctx):
-            factor = cell.factor or 1.0
-            rope = method_rope(vllm_settings(cell.method, lm.geometry, factor)["hf_overrides"].get("rope_parameters") or {}, lm.geometry)
-            switch = vllm_longrope_switch(rope, cell.length + past)
-            if switch is not None:
-                raise UserError(f"vLLM {lm.engine_version} and transformers compute {cell.method.label} differently at {job.task.name} "
-                                f"{cell.length}: {switch}", "run another length (one token more or less), or --backend hf")  # fmt: skip
-            table = vllm_table_positions(rope)
-            if table is not None and cell.length + past > table:
-                what = f"{cell.method.label} x{factor:g}"
-                need = f"{cell.length}" + (f" + {past} answer tokens" if past else "")
-                raise UserError(f"vLLM {lm.engine_version} builds {what}'s rotary table for {table} positions "
-                                f"(original length x factor), and {job.task.name} at {cell.length} needs {need}",
-                                f"run lengths up to {table - past}, a larger --factor, or --backend hf (transformers computes any position)")  # fmt: skip
-
-
 @dataclass
-class VllmModel:
+class VllmEngine(Engine):
     """A model served by vLLM: what rows need to say where numbers came from (as
-    :class:`ctxbench.model.load.LoadedModel`), and the engine now running."""
+    :class:`ctxbench.backends.hf.HfEngine`), and the engine now running."""
 
-    tokenizer: object
-    geometry: object
+    tokenizer: Any
+    geometry: RopeGeometry
     name: str
     digest: str
     device: str
@@ -151,28 +146,93 @@ class VllmModel:
     stop: tuple[int, ...]  # the stop tokens of the hf path (model.decoding.stop_tokens)
     engine_version: str
     tensor_parallel: int = 1
-    reserve: int = 0  # the longest sequence the run will ask of an engine (set by the runner)
-    backend: str = NAME
+    reserved: int = 0  # the longest sequence the run will ask of an engine (set by the runner)
     dtype_note: str = ""
-    model: object = None  # no torch module: nothing patches it
-    starts: list = field(default_factory=list)  # (key, seconds) of every engine start
-    sampling: object = None  # what makes sampling parameters: vllm.SamplingParams (None), a stand-in without vLLM
-    make_engine: object = None  # what starts an engine: vllm.LLM (None), a stand-in in tests
-    _engine: tuple | None = None  # (key, max_model_len, LLM)
+    starts: list[tuple[EngineKey, float]] = field(default_factory=list)  # (key, seconds) of every engine start
+    # vllm is untyped (and an optional install): its objects and their stand-ins are Any here
+    sampling: Callable[..., Any] | None = None  # what makes sampling parameters: vllm.SamplingParams (None), a stand-in without vLLM
+    make_engine: Callable[..., Any] | None = None  # what starts an engine: vllm.LLM (None), a stand-in in tests
+    _engine: tuple[EngineKey, int, Any] | None = None  # (key, max_model_len, LLM)
 
-    def engine_key(self, method, factor, length: int) -> tuple:
+    def identity(self) -> str:
+        """The ``backend`` column: the engine's name and version."""
+        return f"{NAME} {self.engine_version}"
+
+    @contextlib.contextmanager
+    def session(self, method: MethodSetting, factor: float, seq_len: int) -> Iterator[VllmSession]:
+        yield VllmSession(self, self.engine(method, factor, seq_len))
+
+    def check_cells(self, jobs: Sequence[Any], contexts: Sequence[Any]) -> None:
+        """Refuse, before the plan, a cell whose positions run past the rotary table vLLM builds for its
+        method (:func:`ctxbench.methods.vllm_table_positions`: yarn's ends at the original length times
+        the factor). A cell needs its length, plus the answer a task decodes past it (``max_new_tokens``:
+        passkey's prompt fills the length; RULER's prompt and answer fit in it). The engine check, when
+        the engine starts, still compares every position the run uses."""
+        from ctxbench.methods import vllm_longrope_switch, vllm_table_positions
+        from ctxbench.methods.export import method_rope, vllm_settings
+
+        for job, ctx in zip(jobs, contexts, strict=True):
+            past = int(getattr(job.settings, "max_new_tokens", 0) or 0)
+            for cell in job.task.cells(job.settings, ctx):
+                factor = cell.factor or 1.0
+                rope = method_rope(vllm_settings(cell.method, self.geometry, factor)["hf_overrides"].get("rope_parameters") or {}, self.geometry)
+                switch = vllm_longrope_switch(rope, cell.length + past)
+                if switch is not None:
+                    raise UserError(f"vLLM {self.engine_version} and transformers compute {cell.method.label} differently at {job.task.name} "
+                                    f"{cell.length}: {switch}", "run another length (one token more or less), or --backend hf")  # fmt: skip
+                table = vllm_table_positions(rope)
+                if table is not None and cell.length + past > table:
+                    what = f"{cell.method.label} x{factor:g}"
+                    need = f"{cell.length}" + (f" + {past} answer tokens" if past else "")
+                    raise UserError(f"vLLM {self.engine_version} builds {what}'s rotary table for {table} positions "
+                                    f"(original length x factor), and {job.task.name} at {cell.length} needs {need}",
+                                    f"run lengths up to {table - past}, a larger --factor, or --backend hf (transformers computes any position)")  # fmt: skip
+
+    def check_layouts(self, jobs: Sequence[Any]) -> None:
+        """Refuse, before the plan, a method vLLM cannot run on this model (:func:`check_model_method`);
+        each engine's tables are checked again when it starts (:func:`check_engine`)."""
+        for job in jobs:
+            for method in getattr(job.settings, "methods", ()):
+                for factor in getattr(job.settings, "factors", ()) or (1.0,):
+                    check_model_method(method, self.geometry, factor)
+
+    def num_layers(self) -> int | None:
+        """Decoder layers from the checkpoint's config (no model is built)."""
+        from ctxbench.model.files import load_counts
+
+        try:
+            return load_counts(self.checkpoint, False)[0]
+        except Exception:  # noqa: BLE001 - a config ctxbench cannot read: the engine reads it
+            return None
+
+    def size(self) -> ModelSize:
+        from ctxbench.model.size import size_of
+
+        return size_of(self)
+
+    def reserve(self, longest: int) -> None:
+        self.reserved = longest
+
+    def engine_starts(self, cells: Sequence[Any]) -> int:
+        """One engine per distinct :meth:`engine_key` of the cells."""
+        return len({self.engine_key(c.method, c.factor, c.length) for c in cells})
+
+    def start_seconds(self) -> list[float]:
+        return [seconds for _, seconds in self.starts]
+
+    def engine_key(self, method: MethodSetting, factor: float | None, length: int) -> EngineKey:
         """What tells one engine from another: the method setting and factor, and the length for a
         method whose frequencies depend on it."""
         return (method, factor, length if method.dynamic_for(self.geometry) else None)
 
-    def engine(self, method, factor: float, seq_len: int):
+    def engine(self, method: MethodSetting, factor: float, seq_len: int) -> Any:
         """The engine for ``method`` at ``factor`` able to run ``seq_len`` tokens: the running one if
         it is that, else a new one (the old one shut down first: one engine's memory at a time)."""
         key = self.engine_key(method, factor, seq_len)
         if self._engine is not None and self._engine[0] == key and self._engine[1] >= seq_len:
             return self._engine[2]
         self.close()
-        max_len = max(seq_len, self.reserve if key[2] is None else seq_len)
+        max_len = max(seq_len, self.reserved if key[2] is None else seq_len)
         t0 = time.perf_counter()
         llm = start_engine(self, method, factor, max_len)
         self.starts.append((key, time.perf_counter() - t0))
@@ -190,7 +250,7 @@ class VllmModel:
         gc.collect()
 
 
-def load(config) -> VllmModel:
+def load(config: ModelOptions) -> VllmEngine:
     """The model as vLLM will serve it, described from its files (:func:`ctxbench.model.describe.describe`):
     no transformers model is built, so host memory before the engine starts does not grow with the
     parameter count. Tokenizer, geometry, stop tokens and digest are those ctxbench's own loader gives,
@@ -201,7 +261,7 @@ def load(config) -> VllmModel:
     d = describe(config.model, config.trust_remote_code)
     dtype = "bfloat16" if config.dtype == "auto" else config.dtype
     device = "cuda" if _has_gpu() else "cpu"
-    return VllmModel(tokenizer=d.tokenizer, geometry=d.geometry, name=d.name, digest=d.digest, device=device, dtype=dtype,
+    return VllmEngine(tokenizer=d.tokenizer, geometry=d.geometry, name=d.name, digest=d.digest, device=device, dtype=dtype,
                      checkpoint=d.checkpoint, stop=d.stop, engine_version=version() or "unknown",
                      tensor_parallel=config.tensor_parallel)  # fmt: skip
 
@@ -212,7 +272,7 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def engine_settings(method, geom, factor: float, max_len: int) -> dict:
+def engine_settings(method: MethodSetting, geom: RopeGeometry, factor: float, max_len: int) -> dict[str, Any]:
     """``hf_overrides`` and ``max_model_len`` for ``method`` at ``factor`` on a run that computes
     positions ``0 .. max_len - 1``: ``export --to vllm``'s, with ``max_position_embeddings`` raised to the run's
     length where the export leaves it shorter (vLLM sizes its rotary table by it; transformers,
@@ -227,7 +287,7 @@ def engine_settings(method, geom, factor: float, max_len: int) -> dict:
     return {"hf_overrides": overrides, "max_model_len": max_len + 1}
 
 
-def start_engine(lm: VllmModel, method, factor: float, max_len: int, overrides: dict | None = None):
+def start_engine(lm: VllmEngine, method: MethodSetting, factor: float, max_len: int, overrides: dict[str, Any] | None = None) -> Any:
     """A vLLM engine for ``method`` at ``factor`` (``overrides``: these ``hf_overrides`` instead of
     the method's, for the test that hands the engine a wrong config), checked by :func:`check_engine`."""
     # before vllm is imported: the engine runs in this process (its tables can be read, no spawn
@@ -246,7 +306,7 @@ def start_engine(lm: VllmModel, method, factor: float, max_len: int, overrides: 
     settings = engine_settings(method, lm.geometry, factor, max_len)
     if overrides is not None:
         settings["hf_overrides"] = overrides
-    kw: dict = {}
+    kw: dict[str, Any] = {}
     if lm.device == "cpu":
         kw["kv_cache_memory_bytes"] = int(float(os.environ.get("CTXBENCH_VLLM_KV_GIB", CPU_KV_GIB)) * (1 << 30))
     try:
@@ -309,7 +369,7 @@ def _first_line(exc: BaseException) -> str:
     return short(lines[-1] if lines else type(exc).__name__, 160)
 
 
-def engine_failure(exc: BaseException, lm, method, max_len: int):
+def engine_failure(exc: BaseException, lm: VllmEngine, method: MethodSetting, max_len: int) -> UserError | None:
     """:class:`UserError` saying an engine's failure as its cause and fix, or None for a failure
     this does not know (kept as it is: a bug to see). Known: the KV cache cannot be reserved (the
     memory it may take: ``CTXBENCH_VLLM_KV_GIB`` on a CPU, the GPU's free memory), out of memory,
@@ -345,7 +405,7 @@ def _layer_of(name: str) -> int | None:
     return None
 
 
-def _transformers_table(module, positions: int):
+def _transformers_table(module: Any, positions: int) -> torch.Tensor:
     """The ``(positions, rotary_dim)`` cos/sin table a transformers rotary module computes (vLLM runs
     an architecture it has no model of, GPT-NeoX in 0.32, through its transformers modeling backend,
     whose rotary module is transformers' own: ``inv_freq`` and ``attention_scaling``, applied per
@@ -362,7 +422,7 @@ def _transformers_table(module, positions: int):
     return torch.cat([angles.cos(), angles.sin()], dim=-1) * float(scale)  # (positions, rotary_dim)
 
 
-def _tables(model, positions: int = 0) -> dict:
+def _tables(model: torch.nn.Module, positions: int = 0) -> dict[str, Any]:
     """What an engine computes positions with, read from its model in the worker: each rotary
     module's class, cos/sin table (float32, CPU; ``(positions, rotary_dim)``, rotary_dim below the
     head dim for a partial rotary: vLLM's ``cos_sin_cache``, or ``positions`` rows computed from a
@@ -370,7 +430,9 @@ def _tables(model, positions: int = 0) -> dict:
     module between layers of equal settings), and each attention layer's softmax scale."""
     import torch
 
-    rotary, layers, scales = {}, {}, set()
+    rotary: dict[int, tuple[str, torch.Tensor]] = {}
+    layers: dict[int, set[int]] = {}
+    scales: set[float] = set()
     for name, module in model.named_modules(remove_duplicate=False):
         cache = getattr(module, "cos_sin_cache", None)
         if cache is None and getattr(module, "long_short_cos_sin_cache", None) is not None:
@@ -393,7 +455,7 @@ def _tables(model, positions: int = 0) -> dict:
     return {"rotary": found, "scales": sorted(scales)}
 
 
-def check_engine(llm, method, geom, factor: float, max_len: int) -> None:
+def check_engine(llm: Any, method: MethodSetting, geom: RopeGeometry, factor: float, max_len: int) -> None:
     """Raise :class:`UserError` unless every rotary table of the engine equals ctxbench's own for
     ``method`` at ``factor`` at every position ``< max_len`` (within the rounding of the table's
     dtype), and every softmax scale is ``head_dim ** -0.5``. On a per-layer-type model the tables
@@ -415,15 +477,17 @@ def check_engine(llm, method, geom, factor: float, max_len: int) -> None:
                        softmax_scale=softmax_scale(config, geom))  # fmt: skip
 
 
-def softmax_scale(config, geom) -> float:
+def softmax_scale(config: object, geom: RopeGeometry) -> float:
     """The softmax scale a model's config sets: ``query_pre_attn_scalar ** -0.5`` where it names one
     (Gemma 2/3: 168 on Gemma-3 27B, whose head dim is 128; transformers' ``Gemma3Attention.scaling``),
     else ``head_dim ** -0.5``."""
     scalar = getattr(config, "query_pre_attn_scalar", None)
-    return float(scalar) ** -0.5 if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0 else geom.head_dim**-0.5
+    if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0:
+        return float(float(scalar) ** -0.5)  # float(): a float's power of a float is Any to mypy (it may be complex)
+    return float(geom.head_dim**-0.5)
 
 
-def _shipped(geom, kind: str):
+def _shipped(geom: RopeGeometry, kind: str) -> RopeGeometry:
     """The geometry of layer type ``kind`` of a per-layer-type model, as shipped (its own base and scaling)."""
     from dataclasses import replace
 
@@ -432,7 +496,7 @@ def _shipped(geom, kind: str):
     return replace(geom, base=float(params["rope_theta"]), native=native, layer_type=kind, other_layers={})
 
 
-def _expected(method, geom, factor: float, max_len: int, kinds: set):
+def _expected(method: MethodSetting, geom: RopeGeometry, factor: float, max_len: int, kinds: set[str]) -> tuple[str, Any, float]:
     """What a table used by layers of ``kinds`` should hold: ``(what, inv_freq, scale)``."""
     from ctxbench.methods import frequencies, resolve
 
@@ -446,7 +510,8 @@ def _expected(method, geom, factor: float, max_len: int, kinds: set):
     return f"the '{kind}' layers' shipped RoPE", *frequencies(resolve("native"), _shipped(geom, kind), 1.0, max_len)
 
 
-def compare_tables(found: dict, method, geom, factor: float, max_len: int, dtype=None, layer_types: tuple = (),
+def compare_tables(found: dict[str, Any], method: MethodSetting, geom: RopeGeometry, factor: float, max_len: int, dtype: object = None,
+                   layer_types: tuple[str, ...] = (),
                    softmax_scale: float | None = None) -> None:  # fmt: skip
     """:func:`check_engine` on tables already read (``{"rotary": [(class, (positions, rotary_dim),
     layers)], "scales": [...]}``, ``layers`` the decoder layers using the table, ``layer_types`` the
@@ -497,7 +562,7 @@ TRANSFORMERS_BACKEND_MODELS = ("arcee", "cwm", "glm", "gpt_bigcode", "gpt_neox",
                                "olmo", "olmo2", "olmo3", "phi", "seed_oss", "smollm3", "starcoder2", "vaultgemma")  # fmt: skip
 
 
-def check_model_method(method, geom, factor: float) -> None:
+def check_model_method(method: MethodSetting, geom: RopeGeometry, factor: float) -> None:
     """Refuse, before the plan, a method vLLM cannot run on this model (its architecture, not the
     method alone): a rope type only vLLM has (``ntk-mixed``: vLLM's ``ntk``) on a model vLLM runs
     through transformers (:data:`TRANSFORMERS_BACKEND_MODELS`), which computes transformers' types only."""
@@ -512,69 +577,14 @@ def check_model_method(method, geom, factor: float) -> None:
                         f"has no '{rope_type}' type, and method '{method.label}' needs it", "run it with --backend hf")  # fmt: skip
 
 
-def check_layouts(lm, jobs) -> None:
-    """Refuse, before the plan, a method vLLM cannot run on this model (:func:`check_model_method`);
-    each engine's tables are checked again when it starts (:func:`check_engine`)."""
-    for job in jobs:
-        for method in getattr(job.settings, "methods", ()):
-            for factor in getattr(job.settings, "factors", ()) or (1.0,):
-                check_model_method(method, lm.geometry, factor)
-
-
-def num_layers(lm) -> int | None:
-    """Decoder layers from the checkpoint's config (no model is built)."""
-    from ctxbench.model.files import load_counts
-
-    try:
-        return load_counts(lm.checkpoint, False)[0]
-    except Exception:  # noqa: BLE001 - a config ctxbench cannot read: the engine reads it
-        return None
-
-
-def size(lm):
-    from ctxbench.model.size import size_of
-
-    return size_of(lm)
-
-
-def own_attention(lm) -> str:
-    return ""  # vLLM picks its own kernel; ctxbench's attention never runs on it
-
-
-def reserve(lm: VllmModel, longest: int) -> None:
-    lm.reserve = longest
-
-
-def engine_starts(lm: VllmModel, cells) -> int:
-    """One engine per distinct :meth:`VllmModel.engine_key` of the cells."""
-    return len({lm.engine_key(c.method, c.factor, c.length) for c in cells})
-
-
-def start_seconds(lm: VllmModel) -> list[float]:
-    return [seconds for _, seconds in lm.starts]
-
-
-def calibration(lm):
-    return None  # the engine runs its own forwards: the plan keeps its rate for the device
-
-
-@contextlib.contextmanager
-def watch(lm, advance):
-    yield False  # no per-layer hook into the engine: the bar moves a cell's share at each cell
-
-
-def close(lm: VllmModel) -> None:
-    lm.close()
-
-
 @dataclass(frozen=True)
 class VllmSession:
     """One engine, asked for losses and answers (:class:`ctxbench.backends.base.Session`)."""
 
-    lm: VllmModel
-    llm: object
+    lm: VllmEngine
+    llm: Any  # vllm.LLM (untyped), or a stand-in
 
-    def _params(self, **kw):
+    def _params(self, **kw: Any) -> Any:
         if self.lm.sampling is not None:
             return self.lm.sampling(**kw)
         from vllm import SamplingParams
@@ -587,29 +597,32 @@ class VllmSession:
         outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
         return [[lp[int(t)].logprob for lp, t in zip(o.prompt_logprobs[1:], p[1:], strict=True)] for o, p in zip(outs, prompts, strict=True)]
 
-    def token_nll(self, ids, chunk: int = 1024):
+    def token_nll(self, ids: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
         import torch
 
         [lps] = self._prompt_logprobs([[int(t) for t in ids]])
         return -torch.tensor(lps, dtype=torch.float32)  # (n - 1,)
 
-    def sliding_nll(self, ids, window: int, stride: int, chunk: int = 1024):
+    def sliding_nll(self, ids: torch.Tensor, window: int, stride: int, chunk: int = 1024) -> torch.Tensor:
         import torch
 
-        ids = [int(t) for t in ids]
-        windows, scored_to, begin = [], 1, 0  # model.scoring.sliding_nll's windows: each scores what the last did not
-        while scored_to < len(ids):
-            end = min(begin + window, len(ids))
+        tokens = [int(t) for t in ids]
+        windows: list[tuple[int, int, int]] = []
+        scored_to, begin = 1, 0  # model.scoring.sliding_nll's windows: each scores what the last did not
+        while scored_to < len(tokens):
+            end = min(begin + window, len(tokens))
             windows.append((begin, end, max(scored_to, begin + 1) - begin))
             scored_to, begin = end, begin + stride
-        lps = self._prompt_logprobs([ids[b:e] for b, e, _ in windows])
+        lps = self._prompt_logprobs([tokens[b:e] for b, e, _ in windows])
         return -torch.tensor([x for (_, _, first), lp in zip(windows, lps, strict=True) for x in lp[first - 1 :]], dtype=torch.float32)
 
-    def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None, think=None):
+    def answers(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, finished: Finished | None = None, share: bool = True,
+                continuations: Sequence[Sequence[int]] | None = None, think: Thinking | None = None) -> Iterator[Answer]:  # fmt: skip
         from ctxbench.model.decoding import Answer
 
         nlls = {s.index: s.nll for s in self.scores(prompts, continuations)} if continuations is not None else {}
         t0 = time.perf_counter()
+        outs: list[tuple[int, ...]]
         if think is None:
             outs = [tuple(o) for o in self._generate([list(p) for p in prompts], max_new_tokens, ())]
             forced = [False] * len(prompts)
@@ -625,7 +638,7 @@ class VllmSession:
         stops = [*self.lm.stop, *more_stops]
         params = self._params(max_tokens=max_tokens, temperature=0.0, stop_token_ids=stops, ignore_eos=True, detokenize=False)
         outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        new = []
+        new: list[list[int]] = []
         for o in outs:
             ids = [int(t) for t in o.outputs[0].token_ids]
             reason = getattr(o.outputs[0], "stop_reason", None)
@@ -634,7 +647,7 @@ class VllmSession:
             new.append(ids)
         return new
 
-    def _thought(self, prompts: list[list[int]], max_new_tokens: int, think) -> tuple[list[tuple[int, ...]], list[bool]]:
+    def _thought(self, prompts: list[list[int]], max_new_tokens: int, think: Thinking) -> tuple[list[tuple[int, ...]], list[bool]]:
         """Qwen's two-step generation: up to the thinking budget with the end-of-think tag as a stop
         token, each answer replayed through ctxbench's own steer (:func:`ctxbench.model.thinking.replay`:
         the tag put in where the budget ran out; the engine's reasoning parser is never asked), then
@@ -658,7 +671,7 @@ class VllmSession:
                 kept[i] += more
         return [tuple(k) for k in kept], [s.forced for s in steers]
 
-    def scores(self, prompts, continuations, share: bool = True):
+    def scores(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], share: bool = True) -> Iterator[Scored]:
         import torch
 
         from ctxbench.model.decoding import Scored
@@ -670,13 +683,8 @@ class VllmSession:
         for i, (c, lp) in enumerate(zip(continuations, lps, strict=True)):
             yield Scored(i, -torch.tensor(lp[len(lp) - len(c) :], dtype=torch.float32), each)
 
-
-    def _no_hidden(self, *args, **kwargs):
+    def _no_hidden(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise UserError("vLLM returns no hidden states (--metrics longppl and kl need them)", "use --backend hf for those metrics")
 
     hidden = nll_from_hidden = kl_from_hidden = _no_hidden
 
-
-@contextlib.contextmanager
-def session(lm: VllmModel, method, factor: float, seq_len: int):
-    yield VllmSession(lm, lm.engine(method, factor, seq_len))

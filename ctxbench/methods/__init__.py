@@ -164,3 +164,26 @@ from ctxbench.methods.setting import (  # noqa: F401
     query_scale,
     resolve,
 )
+
+# the package's public names, imported from it by the rest of ctxbench (mypy's no_implicit_reexport)
+__all__ = [
+    "DCA_CHUNK_RATIO", "DCA_LOCAL_DIVISOR", "MSPOE_FIRST_LAYER", "MSPOE_RATIO_MAX", "MSPOE_RATIO_MIN",
+    "STRING_LOCAL_VALUE", "STRING_SHIFT_RATIO", "Branch", "dca_branches", "dca_params", "far_keys",
+    "leaky_rerope_far", "leaky_rerope_params", "mspoe_key_ratios", "mspoe_layers", "mspoe_order",
+    "mspoe_ratios", "near_keys", "plain_positions", "rerope_far", "rerope_params", "self_extend_far",
+    "self_extend_params", "string_far", "string_params", "ATTENTION_REFUSAL", "DCA_REFUSAL",
+    "DCA_VLLM_REFUSAL", "DUAL_CHUNK_MODELS", "DYNAMIC_IN_VLLM", "VLLM_ROPE_TYPES", "Exports",
+    "dynamic_ntk_rope", "linear_flags", "linear_rope", "llama3_rope", "longrope_rope", "native_export",
+    "native_vllm", "ntk_mixed_fields", "proportional_rope", "rebased", "same_in_vllm", "vllm_longrope_switch",
+    "vllm_table_positions", "yarn_flags", "yarn_rope", "yarn_vllm", "alpha_base", "dynamic_ntk_freqs",
+    "dynamic_yarn_freqs", "linear_freqs", "llama3_freqs", "logn_query_scale", "longrope_freqs", "none_freqs",
+    "ntk_alpha_freqs", "ntk_base", "ntk_by_parts_freqs", "ntk_freqs", "ntk_mixed_freqs", "numpy_namespace",
+    "proportional_freqs", "ssmax_query_scale", "theta_freqs", "torch_namespace", "yarn_freqs",
+    "DYNAMIC_ROPE_TYPES", "longrope_check", "native_dynamic", "native_freqs", "native_params", "native_rope",
+    "ATTN_SCALE", "BETA_FAST", "BETA_SLOW", "DCA_CHUNK", "DCA_LOCAL", "FLOOR_SCALE", "KINDS",
+    "LONGROPE_FACTORS", "STRING_LOCAL", "STRING_WINDOW", "WINDOW", "Param", "format_value", "read_factors",
+    "show_value", "ALIASES", "BASELINES", "METHODS", "TWO_BRANCH", "Method", "MethodSetting",
+    "attention_branches", "check_applicable", "check_derived", "combinations_hint", "default_label",
+    "effective_params", "exportable", "frequencies", "head_ratios", "key_ratios", "method_layers",
+    "order_heads", "query_scale", "resolve",
+]

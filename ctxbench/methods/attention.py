@@ -55,11 +55,13 @@ so a cache that keeps only the window's keys gives the same result.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from transformers import AttentionInterface
 
 from ctxbench.methods import Branch, kernels, logn_query_scale
@@ -83,6 +85,10 @@ WHOLE_DEVICES = ("cuda",)
 # A decomposition into more calls than this (a branch whose key range steps at almost every query)
 # keeps the block partition.
 MAX_CALLS = 4096
+# Each branch's (lo, hi) key bounds per query, and its (rotated queries, rotated keys).
+Bounds = list[tuple[Tensor, Tensor]]
+Rotated = list[tuple[Tensor, Tensor]]
+Pair = tuple[Tensor, Tensor]  # (output, log-sum-exp)
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,7 @@ class AttentionPlan:
     key_ratios: Callable[[torch.Tensor, int], torch.Tensor] | None = None
     # what one layer keeps between the forwards of one input: the head order its prefill computed
     # (``"order"``), reused by the forwards that continue its KV cache (one plan per layer)
-    memo: dict = field(default_factory=dict, compare=False)
+    memo: dict[object, Any] = field(default_factory=dict, compare=False)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -160,7 +166,7 @@ def _logn_queries(q: torch.Tensor, q_pos: torch.Tensor, trained_len: int) -> tor
     return _scale_queries(q, logn_query_scale(q_pos, trained_len, xp=xp))
 
 
-def _scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
+def _scaled_attention(plan: AttentionPlan, q: Tensor, k: Tensor, v: Tensor, scaling: float, q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """The log-n family: rotate normally, multiply each query by its position's factor
     (``plan.query_scale``: ``log_L(m)`` past ``L`` for logn, Llama 4's temperature for ssmax), then SDPA;
     without a query scale, plain RoPE (the layers a per-layer method leaves as they are)."""
@@ -171,7 +177,7 @@ def _scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
     return _causal(qr, kr, v, scaling, q_pos, k_pos)
 
 
-def _causal(qr, kr, v, scaling, q_pos, k_pos):
+def _causal(qr: Tensor, kr: Tensor, v: Tensor, scaling: float, q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """Causal attention of rotated queries (b, h, n_q, d) over rotated keys (b, kv, n_k, d): one SDPA
     call for a whole sequence, else blocks of queries each with its (block, keys) mask."""
     gqa = qr.shape[1] != kr.shape[1]
@@ -201,7 +207,7 @@ def _causal(qr, kr, v, scaling, q_pos, k_pos):
     return torch.cat(out, dim=2)
 
 
-def _last_query_attention(q, k, scaling) -> torch.Tensor:
+def _last_query_attention(q: Tensor, k: Tensor, scaling: float) -> torch.Tensor:
     """(b, h, n): each head's attention of the last query over every key, from unrotated ``q`` and
     ``k`` (no positions), softmax in float32 and then ``q``'s dtype, as Ms-PoE's authors compute it
     for their head statistics (``_head_wise_statistics``). One query row: memory linear in length."""
@@ -212,7 +218,7 @@ def _last_query_attention(q, k, scaling) -> torch.Tensor:
     return torch.softmax(scores.float(), dim=-1).to(q.dtype).reshape(b, h, -1)
 
 
-def _rotate_heads(x, positions, ratios, plan) -> torch.Tensor:
+def _rotate_heads(x: Tensor, positions: Tensor, ratios: Tensor, plan: AttentionPlan) -> torch.Tensor:
     """``x`` (b, heads, n, d) with each head's positions divided by its ratio, ``ratios`` (b, heads):
     the angle of pair ``i`` at position ``p`` is ``(p / r) * theta_i``, float32, as Ms-PoE's rotary
     cache computes it (``t / compress_ratio``, then the outer product with ``inv_freq``)."""
@@ -221,7 +227,7 @@ def _rotate_heads(x, positions, ratios, plan) -> torch.Tensor:
     return _turn(x, freqs, plan.scale, plan.rotary_dim)
 
 
-def _head_scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
+def _head_scaled_attention(plan: AttentionPlan, q: Tensor, k: Tensor, v: Tensor, scaling: float, q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """A per-head method (``ms-poe``): head ``h`` reads every position divided by the ratio of index
     ``order[h]``; keys take the ratios ``plan.key_ratios`` gives, one per key head or one per query
     head (then each query head reads its own rotated copy of its group's keys: memory ``h / kv``
@@ -230,6 +236,7 @@ def _head_scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
     that continues a cache reuses the order of the prefill that built it, as the authors' module,
     which computes its head order on its first call and keeps it for the decoding steps."""
     b, h = q.shape[0], q.shape[1]
+    assert plan.head_ratios is not None and plan.order_heads is not None  # a per-head method's plan has both
     if q.shape[2] == k.shape[2]:
         plan.memo["order"] = plan.order_heads(_last_query_attention(q, k, scaling))
     order = plan.memo.get("order")
@@ -247,7 +254,7 @@ def _head_scaled_attention(plan, q, k, v, scaling, q_pos, k_pos):
     return _causal(qr, _rotate_heads(k, k_pos, k_ratios, plan), v, scaling, q_pos, k_pos)
 
 
-def _branched_attention(plan, q, k, v, scaling, q_pos, k_pos):
+def _branched_attention(plan: AttentionPlan, q: Tensor, k: Tensor, v: Tensor, scaling: float, q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """Each branch of the plan scored with its own query and key positions over its own keys."""
     n_q = q.shape[2]
     inv, scale, rd = plan.inv_freq, plan.scale, plan.rotary_dim
@@ -267,7 +274,7 @@ def _branched_attention(plan, q, k, v, scaling, q_pos, k_pos):
     return _blocked(bounds, rotated, v, scaling, q_pos)
 
 
-def _blocked(bounds, rotated, v, scaling, q_pos):
+def _blocked(bounds: Bounds, rotated: Rotated, v: Tensor, scaling: float, q_pos: Tensor) -> Tensor:
     """Any device, any query offset (decoding steps): per query block, scores only for the key range
     each branch can reach, merged into one (b, kv_heads, group, block, keys) fp32 matrix, soft-maxed
     and applied to ``v``. ``bounds`` holds each branch's (lo, hi) per query, ``rotated`` its rotated
@@ -299,7 +306,7 @@ def _blocked(bounds, rotated, v, scaling, q_pos):
     return out.view(b, h, n_q, -1)
 
 
-def _attend(q, k, v, scaling, mask=None):
+def _attend(q: Tensor, k: Tensor, v: Tensor, scaling: float, mask: Tensor | None = None) -> Pair:
     """Attention that also returns the log-sum-exp of each query's scores: the one call of the
     block partition (:func:`_fused`) that depends on the device.
 
@@ -309,7 +316,7 @@ def _attend(q, k, v, scaling, mask=None):
     return KERNELS.get(q.device.type, _attend_math)(q, k, v, scaling, mask)
 
 
-def _additive(mask, dtype, device, pad_to: int = 1):
+def _additive(mask: Tensor, dtype: torch.dtype, device: torch.device, pad_to: int = 1) -> Tensor:
     """Bool mask (n_q, n_k) -> additive mask of ``dtype``: 0 where True, -inf elsewhere; its last
     dim allocated as a multiple of ``pad_to`` and sliced back (kernels that want aligned rows)."""
     n_q, n_k = mask.shape
@@ -317,14 +324,14 @@ def _additive(mask, dtype, device, pad_to: int = 1):
     return full[:, :n_k].masked_fill_(~mask, float("-inf"))
 
 
-def _attend_cpu(q, k, v, scaling, mask=None):
+def _attend_cpu(q: Tensor, k: Tensor, v: Tensor, scaling: float, mask: Tensor | None = None) -> Pair:
     """PyTorch's fused flash-attention kernel for CPU (it returns the log-sum-exp)."""
     bias = None if mask is None else _additive(mask, q.dtype, q.device)
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)
     return out, lse.to(kernels.acc_dtype(q.dtype))  # float32; float64 for float64 inputs
 
 
-def _attend_cuda(q, k, v, scaling, mask=None):
+def _attend_cuda(q: Tensor, k: Tensor, v: Tensor, scaling: float, mask: Tensor | None = None) -> Pair:
     """PyTorch's memory-efficient attention kernel on CUDA: it takes an additive bias (rows
     aligned to 16 elements, as SDPA's own front end pads them) and returns the log-sum-exp,
     padded to a multiple of 32 queries."""
@@ -334,7 +341,7 @@ def _attend_cuda(q, k, v, scaling, mask=None):
     return out, lse[:, :, :n_q].float()
 
 
-def _attend_math(q, k, v, scaling, mask=None):
+def _attend_math(q: Tensor, k: Tensor, v: Tensor, scaling: float, mask: Tensor | None = None) -> Pair:
     """Any device: plain matmul and softmax in fp32 over key chunks of at most ``SCORE_BUDGET``
     scores, merged by log-sum-exp, so memory stays bounded however many keys there are."""
     b, h, n_q, _ = q.shape
@@ -357,12 +364,12 @@ def _attend_math(q, k, v, scaling, mask=None):
 
 
 # The fused kernel per device type; any other device runs the portable one.
-KERNELS = {"cpu": _attend_cpu, "cuda": _attend_cuda}
+KERNELS: dict[str, Callable[..., Pair]] = {"cpu": _attend_cpu, "cuda": _attend_cuda}
 # How rows name the block partition's kernel (``block-<name>``).
-KERNEL_NAMES = {_attend_cpu: "cpu-flash", _attend_cuda: "efficient", _attend_math: "math"}
+KERNEL_NAMES: dict[Callable[..., Pair], str] = {_attend_cpu: "cpu-flash", _attend_cuda: "efficient", _attend_math: "math"}
 
 
-def _merge(out, lse, part_out, part_lse):
+def _merge(out: Tensor, lse: Tensor, part_out: Tensor, part_lse: Tensor) -> None:
     """Fold a softmax over more keys into ``out``/``lse`` (b, h, rows, d)/(b, h, rows), in place:
     out = (e^lse out + e^part_lse part_out) / (e^lse + e^part_lse)."""
     total = torch.logaddexp(lse, part_lse)
@@ -370,7 +377,7 @@ def _merge(out, lse, part_out, part_lse):
     lse.copy_(total)
 
 
-def _query_blocks(branches, bounds, n_q: int) -> list[tuple[int, int]]:
+def _query_blocks(branches: Sequence[Branch], bounds: Bounds, n_q: int) -> list[tuple[int, int]]:
     """Blocks of at most ``NEAR_BLOCK`` queries, also cut wherever the lower key bound of a branch that
     is not a band steps (0 throughout for a far branch: no cut; dca: at every chunk start), so that
     within a block such a branch's keys start at one key for every query."""
@@ -382,7 +389,7 @@ def _query_blocks(branches, bounds, n_q: int) -> list[tuple[int, int]]:
     return [(a, min(e, a + NEAR_BLOCK)) for s, e in zip(edges, edges[1:], strict=False) for a in range(s, e, NEAR_BLOCK)]
 
 
-def _segments(branch, lo, hi, n_k: int) -> list[tuple[int, int, bool]]:
+def _segments(branch: Branch, lo: Tensor, hi: Tensor, n_k: int) -> list[tuple[int, int, bool]]:
     """``(start, stop, masked)`` key ranges of one branch for one block of queries with key bounds
     ``lo``/``hi``: a band in one masked range; any other branch (whose ``lo`` is one key for the whole
     block) as the keys every query of the block reaches, unmasked, then the rest, masked."""
@@ -405,7 +412,7 @@ def _row_runs(has: torch.Tensor) -> list[tuple[int, int]]:
     return runs
 
 
-def _fused(branches, bounds, rotated, v, scaling, q_pos):
+def _fused(branches: Sequence[Branch], bounds: Bounds, rotated: Rotated, v: Tensor, scaling: float, q_pos: Tensor) -> Tensor:
     """The branches through the device's fused attention kernel, merged by log-sum-exp.
 
     Query ``i`` sees each branch's keys ``lo(i) <= j < hi(i)``, disjoint sets, so softmax over their
@@ -433,7 +440,8 @@ def _fused(branches, bounds, rotated, v, scaling, q_pos):
     kernels.note("block-" + KERNEL_NAMES.get(KERNELS.get(v.device.type, _attend_math), "custom"))
     k_idx = torch.arange(n_k, device=v.device)
     for a, e in _query_blocks(branches, bounds, n_q):
-        acc = lse = None
+        acc: Tensor | None = None
+        lse: Tensor | None = None
         for branch, (lo, hi), (r_q, _), r_k in zip(branches, bounds, rotated, ks, strict=True):
             lo, hi = lo[a:e], hi[a:e]
             for start, stop, masked in _segments(branch, lo, hi, n_k):
@@ -441,17 +449,18 @@ def _fused(branches, bounds, rotated, v, scaling, q_pos):
                     continue
                 j = k_idx[None, start:stop]
                 keep = (j >= lo[:, None]) & (j < hi[:, None]) if masked else None
-                runs = _row_runs(keep.any(-1)) if masked else [(0, e - a)]
+                runs = _row_runs(keep.any(-1)) if keep is not None else [(0, e - a)]
                 for r0, r1 in runs:
-                    mask = keep[r0:r1] if masked else None
+                    mask = keep[r0:r1] if keep is not None else None
                     part = _attend(r_q[:, :, a + r0 : a + r1], r_k[:, :, start:stop], v[:, :, start:stop], scaling, mask)
                     if acc is None and (r0, r1) == (0, e - a):  # the block's first part: every row has it
                         acc, lse = part[0].to(acc_dtype), part[1]
                         continue
-                    if acc is None:
+                    if acc is None or lse is None:  # (both or neither)
                         acc = torch.zeros(b, h, e - a, v.shape[-1], dtype=acc_dtype, device=v.device)
                         lse = torch.full((b, h, e - a), float("-inf"), dtype=acc_dtype, device=v.device)
                     _merge(acc[:, :, r0:r1], lse[:, :, r0:r1], *part)
+        assert acc is not None  # every query has keys in some branch
         out[:, :, a:e] = acc.to(out.dtype)
     return out
 
@@ -498,7 +507,7 @@ def _runs(lo: torch.Tensor, hi: torch.Tensor) -> list[tuple[int, int, int | None
     return runs
 
 
-def _whole_calls(bounds, n_k: int) -> list[WholeCall] | None:
+def _whole_calls(bounds: Bounds, n_k: int) -> list[WholeCall] | None:
     """Each branch's key ranges ``lo(i) <= j < hi(i)`` as whole-sequence kernel calls: over every run of
     queries where ``lo`` and ``hi`` each stay put or move with the query (:func:`_runs`), the rows that
     have a key there, one call over the keys ``max(0, lo) .. hi`` of the run's last query: ``hi`` moving
@@ -529,7 +538,7 @@ def _whole_calls(bounds, n_k: int) -> list[WholeCall] | None:
     return calls
 
 
-def _whole(plan, bounds, rotated, v, scaling):
+def _whole(plan: AttentionPlan, bounds: Bounds, rotated: Rotated, v: Tensor, scaling: float) -> Tensor | None:
     """The branches as whole-sequence kernel calls (:func:`_whole_calls`, kept in the layer's plan per
     shape), each returning its output and log-sum-exp, merged in float32 (float64 for float64 inputs):
     ``out_i = sum_c e^lse_c out_c / sum_c e^lse_c`` over the calls that reach query ``i``, which is the
@@ -545,7 +554,8 @@ def _whole(plan, bounds, rotated, v, scaling):
         return None
     q0 = rotated[0][0]
     chosen = {w: kernels.choose(q0, windowed=w, length=n_q) for w in {c.window_left is not None for c in calls}}
-    if any(kernel is None for kernel in chosen.values()):
+    ready = {w: kernel for w, kernel in chosen.items() if kernel is not None}
+    if len(ready) != len(chosen):
         return None
     rep = h // v.shape[1]  # the kernels want one key head per query head
     ks = [r_k.repeat_interleave(rep, dim=1) if rep > 1 else r_k for _, r_k in rotated]
@@ -555,7 +565,7 @@ def _whole(plan, bounds, rotated, v, scaling):
     lse = torch.full((b, h, n_q), float("-inf"), dtype=acc_dtype, device=v.device)
     used: dict[str, None] = {}
     for call in calls:
-        kernel = chosen[call.window_left is not None]
+        kernel = ready[call.window_left is not None]
         (r0, r1), (k0, k1) = call.rows, call.keys
         part_out, part_lse = kernel(rotated[call.branch][0][:, :, r0:r1], ks[call.branch][:, :, k0:k1], v[:, :, k0:k1],
                                     window_left=call.window_left, causal_offset=call.causal_offset, scale=scaling)  # fmt: skip
@@ -565,7 +575,7 @@ def _whole(plan, bounds, rotated, v, scaling):
     return acc.to(q0.dtype)
 
 
-def _windowed(q, k, v, scaling, window: int):
+def _windowed(q: Tensor, k: Tensor, v: Tensor, scaling: float, window: int) -> Tensor:
     """Plain attention of a sliding-window layer kept as shipped: query ``i`` sees keys
     ``0 <= i - j < window``, positions aligned at the last key; one kernel call per block of
     ``NEAR_BLOCK`` queries over its band of keys, never wider than ``block + window``."""
@@ -587,7 +597,8 @@ def _windowed(q, k, v, scaling, window: int):
     return out
 
 
-def ctxbench_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def ctxbench_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+                       scaling: float | None = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Tensor, None]:
     """transformers attention function: (b, h, q, d) inputs -> ((b, q, h, d) output, None)."""
     plan: AttentionPlan | None = getattr(module, "_ctxbench_plan", None)
     if scaling is None:

@@ -8,9 +8,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from ctxbench.errors import UserError
-from ctxbench.methods.params import Array
+from ctxbench.methods.params import Array, Namespace, Params
 from ctxbench.model.geometry import RopeGeometry
 
 
@@ -47,7 +48,7 @@ def near_keys(q_pos: Array, *, window: int) -> tuple[Array, Array]:
     return q_pos - window + 1, q_pos + 1
 
 
-def far_keys(q_pos: Array, *, xp, window: int) -> tuple[Array, Array]:
+def far_keys(q_pos: Array, *, xp: Namespace, window: int) -> tuple[Array, Array]:
     """A two-branch method's far keys: ``0 <= j <= i - w``."""
     return xp.zeros_like(q_pos), q_pos - window + 1
 
@@ -60,7 +61,7 @@ def far_keys(q_pos: Array, *, xp, window: int) -> tuple[Array, Array]:
 # integer position arrays of the namespace ``xp``.
 
 
-def _window(method: str, params: dict, trained_len: int) -> int:
+def _window(method: str, params: Params, trained_len: int) -> int:
     """The window ``w``, ``L/4`` by default: the neighbours keep exact positions over a quarter of the
     trained context, leaving three quarters of the trained position range for the compressed far part."""
     window = params.get("window")
@@ -76,17 +77,17 @@ def _compression(window: int, trained_len: int, factor: float) -> float:
     return max(1.0, (factor * trained_len - window) / max(1, trained_len - window))
 
 
-def rerope_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+def rerope_params(params: Params, geom: RopeGeometry, factor: float) -> Params:
     """ReRoPE's window after its default (``L/4``)."""
     return {**params, "window": _window("rerope", params, geom.trained_len)}
 
 
-def rerope_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp, window: int) -> tuple[Array, Array, Array]:
+def rerope_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp: Namespace, window: int) -> tuple[Array, Array, Array]:
     """ReRoPE (Su 2023): every far pair at relative position ``w`` (the query at ``w``, the key at 0)."""
     return xp.full_like(q_pos, window), xp.zeros_like(k_pos), inv_freq
 
 
-def leaky_rerope_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+def leaky_rerope_params(params: Params, geom: RopeGeometry, factor: float) -> Params:
     """Leaky ReRoPE's window (``L/4``) and ``k`` (the least that keeps ``s*L`` within ``L``)."""
     window = _window("leaky-rerope", params, geom.trained_len)
     k = _compression(window, geom.trained_len, factor) if params.get("k") is None else params["k"]
@@ -95,13 +96,13 @@ def leaky_rerope_params(params: dict, geom: RopeGeometry, factor: float) -> dict
     return {**params, "window": window, "k": float(k)}
 
 
-def leaky_rerope_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp, window: int, k: float) -> tuple[Array, Array, Array]:
+def leaky_rerope_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp: Namespace, window: int, k: float) -> tuple[Array, Array, Array]:
     """Leaky ReRoPE (Su 2023): relative position ``w + (i - j - w)/k``, as the angle
     ``theta/k * ((i + w*(k-1)) - j)``: the query at ``i + w(k-1)`` (float64), the key at ``j``, ``theta/k``."""
     return xp.astype(q_pos, xp.float64) + window * (k - 1), k_pos, inv_freq / k
 
 
-def self_extend_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+def self_extend_params(params: Params, geom: RopeGeometry, factor: float) -> Params:
     """Self-Extend's window (``L/4``) and group ``G`` (the least whole one that keeps ``s*L`` within ``L``)."""
     window = _window("self-extend", params, geom.trained_len)
     group = params.get("group")
@@ -111,7 +112,7 @@ def self_extend_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
     return {**params, "window": window, "group": int(group)}
 
 
-def self_extend_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp, window: int, group: int) -> tuple[Array, Array, Array]:
+def self_extend_far(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp: Namespace, window: int, group: int) -> tuple[Array, Array, Array]:
     """Self-Extend (Jin et al., arXiv 2401.01325) with LongLM's corrected floor division: the query at
     ``i // G + w - w // G`` (shifted so both parts meet at ``w``), the key at ``j // G``."""
     return q_pos // group + window - window // group, k_pos // group, inv_freq
@@ -125,7 +126,7 @@ STRING_SHIFT_RATIO = 0.33
 STRING_LOCAL_VALUE = 128
 
 
-def string_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+def string_params(params: Params, geom: RopeGeometry, factor: float) -> Params:
     """STRING's ``S`` (``window``, the authors' ``shifted_offset``: ``int(0.33 * L)``) and ``W``
     (``local_value``: the authors' 128, at most ``S // 2`` so that a short trained length still
     shifts far pairs down); ``W > S`` would move far pairs farther than they are."""
@@ -143,7 +144,7 @@ def string_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
 
 
 def string_far(
-    q_pos: Array, k_pos: Array, inv_freq: Array, *, xp, window: int, local_value: int
+    q_pos: Array, k_pos: Array, inv_freq: Array, *, xp: Namespace, window: int, local_value: int
 ) -> tuple[Array, Array, Array]:
     """STRING (An et al., arXiv 2410.18745; HKUNLP/STRING ``string_for_llama.py`` at commit 216cc2f):
     a far pair (``i - j >= S``) at relative position ``i - j - S + W``, as the authors rotate it: the
@@ -162,7 +163,7 @@ DCA_CHUNK_RATIO = (3, 4)  # chunk_size = L * 3 // 4
 DCA_LOCAL_DIVISOR = 8  # local_window = L // 8
 
 
-def dca_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+def dca_params(params: Params, geom: RopeGeometry, factor: float) -> Params:
     """DCA's ``chunk_size`` (the authors' ``L * 3 // 4``) and ``local_window`` (their ``L // 8``, at most
     ``chunk_size // 2`` so that a chunk size given alone still leaves chunks); chunks hold
     ``chunk_size - local_window`` tokens, so ``local_window`` must stay below ``chunk_size``."""
@@ -190,29 +191,29 @@ def _dca_successive_keys(q_pos: Array, *, chunk: int) -> tuple[Array, Array]:
     return start - chunk, start
 
 
-def _dca_inter_keys(q_pos: Array, *, xp, chunk: int) -> tuple[Array, Array]:
+def _dca_inter_keys(q_pos: Array, *, xp: Namespace, chunk: int) -> tuple[Array, Array]:
     """Inter-chunk: every earlier chunk, ``0 <= j < (i // c - 1) c``."""
     return xp.zeros_like(q_pos), (q_pos // chunk - 1) * chunk
 
 
-def _dca_intra_positions(q_pos, k_pos, inv_freq, *, chunk: int) -> tuple[Array, Array, Array]:
+def _dca_intra_positions(q_pos: Array, k_pos: Array, inv_freq: Array, *, chunk: int) -> tuple[Array, Array, Array]:
     """The query at ``i mod c`` (the authors' ``q_t``), the key at ``j mod c`` (``k_t``)."""
     return q_pos % chunk, k_pos % chunk, inv_freq
 
 
-def _dca_successive_positions(q_pos, k_pos, inv_freq, *, xp, chunk: int, chunk_size: int) -> tuple[Array, Array, Array]:
+def _dca_successive_positions(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp: Namespace, chunk: int, chunk_size: int) -> tuple[Array, Array, Array]:
     """The query at ``min(i mod c + c, chunk_size)`` (the authors' ``qc_t``), the key at ``j mod c``: the
     first ``local_window + 1`` queries of a chunk keep their true distance to the previous chunk's last keys."""
     return xp.clip(q_pos % chunk + chunk, max=chunk_size), k_pos % chunk, inv_freq
 
 
-def _dca_inter_positions(q_pos, k_pos, inv_freq, *, xp, chunk: int, chunk_size: int) -> tuple[Array, Array, Array]:
+def _dca_inter_positions(q_pos: Array, k_pos: Array, inv_freq: Array, *, xp: Namespace, chunk: int, chunk_size: int) -> tuple[Array, Array, Array]:
     """Every query at ``min(2c - 1, chunk_size)`` (the authors' ``qc_t[chunk_len - 1]``: ``chunk_size`` unless
     ``local_window >= c``), the key at ``j mod c``."""
     return xp.full_like(q_pos, min(2 * chunk - 1, chunk_size)), k_pos % chunk, inv_freq
 
 
-def dca_branches(*, xp, chunk_size: int, local_window: int) -> tuple[Branch, Branch, Branch]:
+def dca_branches(*, xp: Namespace, chunk_size: int, local_window: int) -> tuple[Branch, Branch, Branch]:
     """Dual Chunk Attention (arXiv 2402.17463; HKUNLP/ChunkLlama ``chunkllama_attn_replace.py``): keys sit at
     ``j mod c`` (``c = chunk_size - local_window``), and query ``i`` scores the keys of
 
@@ -244,14 +245,14 @@ def dca_branches(*, xp, chunk_size: int, local_window: int) -> tuple[Branch, Bra
 MSPOE_RATIO_MIN, MSPOE_RATIO_MAX, MSPOE_FIRST_LAYER = 1.2, 1.8, 2
 
 
-def mspoe_ratios(num_heads: int, *, xp, ratio_min: float, ratio_max: float, **_) -> Array:
+def mspoe_ratios(num_heads: int, *, xp: Namespace, ratio_min: float, ratio_max: float, **_: Any) -> Array:
     """The authors' ``compress_ratio``: ``r_k = min + (max - min) * k / H`` for ``k = 0..H-1``, in
     float32 as their rotary module computes it (``k / H``, so ``r`` never reaches ``max``)."""
     k = xp.astype(xp.arange(num_heads, dtype=xp.int64), xp.float32)
     return ratio_min + (ratio_max - ratio_min) * (k / num_heads)
 
 
-def mspoe_order(probs: Array, *, xp, head_order: str, **_) -> Array:
+def mspoe_order(probs: Array, *, xp: Namespace, head_order: str, **_: Any) -> Array:
     """Which ratio each head takes, ``(b, h)`` integer indices into :func:`mspoe_ratios`, from
     ``probs`` (b, h, n): each head's attention of the input's last query over all its keys,
     without positions (the softmax of the unrotated ``q k^T``).
@@ -270,7 +271,7 @@ def mspoe_order(probs: Array, *, xp, head_order: str, **_) -> Array:
     return xp.argsort(outlier, axis=-1, stable=True)
 
 
-def mspoe_key_ratios(ratios: Array, kv_heads: int, *, xp, keys: str, **_) -> Array:
+def mspoe_key_ratios(ratios: Array, kv_heads: int, *, xp: Namespace, keys: str, **_: Any) -> Array:
     """The ratios keys are rotated with, from the (b, h) ratios of the query heads. ``per-head``:
     each query head reads its own copy of its group's key head rotated at its own ratio, (b, h), so
     its scores depend on ``(i - j) / r`` as the paper's formula has it, whatever the grouping.
@@ -283,7 +284,7 @@ def mspoe_key_ratios(ratios: Array, kv_heads: int, *, xp, keys: str, **_) -> Arr
     return ratios
 
 
-def mspoe_layers(num_layers: int, *, first_layer: int, **_) -> range:
+def mspoe_layers(num_layers: int, *, first_layer: int, **_: Any) -> range:
     """The layers Ms-PoE runs on, ``first_layer .. num_layers - 1`` (the authors' ``apply_layers``);
     the earlier ones keep plain RoPE."""
     if first_layer >= num_layers:

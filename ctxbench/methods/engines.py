@@ -4,13 +4,16 @@ the engine needs, or the reason it cannot run the method.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from ctxbench.errors import UserError
-from ctxbench.methods.frequencies import _longrope_factors, _yarn_mscale, alpha_base, ntk_base
+from ctxbench.methods.frequencies import alpha_base, longrope_factors, ntk_base, yarn_mscale
 from ctxbench.methods.native import native_rope
+from ctxbench.methods.params import Params
 from ctxbench.model.geometry import RopeGeometry
 
 # What the attention-level methods tell every engine.
@@ -42,10 +45,10 @@ class Exports:
     ``params`` every parameter after defaults (:func:`effective_params`).
     """
 
-    transformers: Callable | str = ""
-    vllm: Callable | str = ""
-    llamacpp: Callable | str = ""
-    fields: Callable | None = None
+    transformers: Callable[..., Any] | str = ""
+    vllm: Callable[..., Any] | str = ""
+    llamacpp: Callable[..., Any] | str = ""
+    fields: Callable[..., Any] | None = None
     # where the running vLLM computes the method right only in float32, why (``--backend vllm`` refuses
     # it in another dtype before the plan; its engine check would refuse the engine)
     vllm_float32_only: str = ""
@@ -61,7 +64,7 @@ class Exports:
         return None if callable(how) else how
 
 
-def vllm_table_positions(rope: dict) -> int | None:
+def vllm_table_positions(rope: dict[str, Any]) -> int | None:
     """How many positions vLLM (0.32) builds the rotary table of these ``rope_parameters`` for, where
     ``max_position_embeddings`` does not size it (``--backend vllm`` raises that one to the run's
     length), else None. vLLM's ``YaRNScalingRotaryEmbedding`` sizes its cos/sin cache as
@@ -71,7 +74,7 @@ def vllm_table_positions(rope: dict) -> int | None:
     return None
 
 
-def vllm_longrope_switch(rope: dict, tokens: int) -> str | None:
+def vllm_longrope_switch(rope: dict[str, Any], tokens: int) -> str | None:
     """Where vLLM and transformers pick different LongRoPE factors for a sequence of ``tokens``, why;
     else None. transformers uses the long factors for a sequence longer than
     ``original_max_position_embeddings``; vLLM (``Phi3LongRoPEScaledRotaryEmbedding``) for every
@@ -85,57 +88,57 @@ def vllm_longrope_switch(rope: dict, tokens: int) -> str | None:
             f"and the long ones in vLLM, whose max_model_len of {original + 1} passes the original length")  # fmt: skip
 
 
-def same_in_vllm(rope: dict, factor: float) -> dict:
+def same_in_vllm(rope: dict[str, Any], factor: float) -> dict[str, Any]:
     """vLLM reads these ``rope_parameters`` as transformers does."""
     return dict(rope)
 
 
-def _rebased_rope(base_of: Callable, params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, None]:
+def _rebased_rope(base_of: Callable[[Params, RopeGeometry, float], float], params: Params, geom: RopeGeometry, factor: float) -> tuple[dict[str, Any], None]:
     return {"rope_type": "default", "rope_theta": base_of(params, geom, factor)}, None
 
 
-def _rebased_flags(base_of: Callable, params: dict, geom: RopeGeometry, factor: float) -> dict:
+def _rebased_flags(base_of: Callable[[Params, RopeGeometry, float], float], params: Params, geom: RopeGeometry, factor: float) -> dict[str, Any]:
     return {"--rope-scaling": "none", "--rope-freq-base": base_of(params, geom, factor)}
 
 
-def rebased(base_of: Callable[[dict, RopeGeometry, float], float]) -> Exports:
+def rebased(base_of: Callable[[Params, RopeGeometry, float], float]) -> Exports:
     """A method that is plain RoPE with the base ``base_of(params, geom, factor)`` (``none``, ``ntk``,
     ``ntk-alpha``, ``theta``): every engine takes it as a new base, no rope type."""
     return Exports(partial(_rebased_rope, base_of), same_in_vllm, partial(_rebased_flags, base_of))
 
 
-def _base_of_none(params: dict, geom: RopeGeometry, factor: float) -> float:
+def base_of_none(params: Params, geom: RopeGeometry, factor: float) -> float:
     return geom.base
 
 
-def _base_of_ntk(params: dict, geom: RopeGeometry, factor: float) -> float:
+def base_of_ntk(params: Params, geom: RopeGeometry, factor: float) -> float:
     return ntk_base(geom, factor)
 
 
-def _base_of_ntk_alpha(params: dict, geom: RopeGeometry, factor: float) -> float:
+def base_of_ntk_alpha(params: Params, geom: RopeGeometry, factor: float) -> float:
     return alpha_base(geom, params.get("scaling_alpha"))
 
 
-def _base_of_theta(params: dict, geom: RopeGeometry, factor: float) -> float:
+def base_of_theta(params: Params, geom: RopeGeometry, factor: float) -> float:
     if params.get("theta") is None:
         raise UserError("method 'theta' needs a new base", "pass --param theta=1000000")
     return float(params["theta"])
 
 
-def linear_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, None]:
+def linear_rope(params: Params, geom: RopeGeometry, factor: float) -> tuple[dict[str, Any], None]:
     return {"rope_type": "linear", "factor": factor}, None
 
 
-def linear_flags(params: dict, geom: RopeGeometry, factor: float) -> dict:
+def linear_flags(params: Params, geom: RopeGeometry, factor: float) -> dict[str, Any]:
     return {"--rope-scaling": "linear", "--rope-scale": factor, "--rope-freq-base": geom.base}
 
 
-def dynamic_ntk_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+def dynamic_ntk_rope(params: Params, geom: RopeGeometry, factor: float) -> tuple[dict[str, Any], int]:
     """transformers' ``dynamic`` takes ``L`` from ``max_position_embeddings``."""
     return {"rope_type": "dynamic", "factor": factor}, geom.trained_len
 
 
-def yarn_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+def yarn_rope(params: Params, geom: RopeGeometry, factor: float) -> tuple[dict[str, Any], int]:
     """transformers' ``yarn``, whose ``attention_factor`` replaces ``0.1 ln s + 1`` as ctxbench's does."""
     L = geom.trained_len
     rope = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": L,
@@ -145,45 +148,54 @@ def yarn_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, in
     return rope, int(round(factor * L))
 
 
-def yarn_vllm(rope: dict, factor: float) -> dict:
+def yarn_vllm(rope: dict[str, Any], factor: float) -> dict[str, Any]:
     """vLLM's yarn: its ``attn_factor`` (as the yarn repository's) *multiplies* ``0.1 ln s + 1`` where
     transformers' ``attention_factor`` replaces it, so ``a`` is written ``a / (0.1 ln s + 1)``;
     ``truncate=true`` is its default and left out."""
     rope = dict(rope)
     a = rope.pop("attention_factor", None)
     if a is not None:
-        rope["attn_factor"] = a / _yarn_mscale(factor)
+        rope["attn_factor"] = a / yarn_mscale(factor)
     if rope.get("truncate", True):
         rope.pop("truncate", None)  # the default everywhere
     return rope
 
 
-def yarn_flags(params: dict, geom: RopeGeometry, factor: float) -> dict:
-    """llama.cpp's yarn: its ramp floors/ceils the correction dims (``truncate``) and
-    ``--yarn-attn-factor`` multiplies ``0.1 ln s + 1``."""
+def yarn_flags(params: Params, geom: RopeGeometry, factor: float) -> dict[str, Any]:
+    """llama.cpp's yarn: its ramp floors/ceils the correction dims (``truncate``), and its attention
+    factor is always ``0.1 ln s + 1``: the ``llama_context`` constructor (``src/llama-context.cpp`` of
+    the llama.cpp that llama-cpp-python 0.3.36 vendors; its comment cites ggml-org/llama.cpp#17945)
+    replaces ``yarn_attn_factor`` by ``(0.1 ln s + 1) / (0.1 ln s + 1)`` whenever yarn extrapolates
+    (ggml's rope multiplies ``0.1 ln s + 1`` back), so ``--yarn-attn-factor`` is ignored: on
+    ``--backend llamacpp``, ``yarn(attention_factor=1.3)`` gave plain yarn's perplexity to 7 digits."""
     if not params.get("truncate", True):
         raise UserError(
             "llamacpp cannot express yarn with truncate=false: it always rounds the correction range to whole dims",
             "export yarn with the default truncate=true, or --to transformers",
         )
     a = params.get("attention_factor")
+    if a is not None and not math.isclose(float(a), yarn_mscale(factor), rel_tol=1e-12):
+        raise UserError(
+            f"llamacpp cannot express yarn with attention_factor={float(a):g}: llama.cpp sets yarn's attention factor to "
+            f"0.1 ln s + 1 (= {yarn_mscale(factor):.6g} at x{factor:g}) itself and ignores --yarn-attn-factor",
+            "export yarn without attention_factor, or --to transformers",
+        )
     return {
         "--rope-scaling": "yarn", "--rope-scale": factor, "--rope-freq-base": geom.base,
-        "--yarn-orig-ctx": geom.trained_len, "--yarn-ext-factor": "1",
-        "--yarn-attn-factor": 1.0 if a is None else float(a) / _yarn_mscale(factor),
+        "--yarn-orig-ctx": geom.trained_len, "--yarn-ext-factor": "1", "--yarn-attn-factor": 1.0,
         "--yarn-beta-fast": float(params["beta_fast"]), "--yarn-beta-slow": float(params["beta_slow"]),
     }  # fmt: skip
 
 
-def llama3_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+def llama3_rope(params: Params, geom: RopeGeometry, factor: float) -> tuple[dict[str, Any], int]:
     L = geom.trained_len
     return {"rope_type": "llama3", "factor": factor, "original_max_position_embeddings": L,
             "low_freq_factor": float(params["low_freq_factor"]), "high_freq_factor": float(params["high_freq_factor"])}, int(round(factor * L))  # fmt: skip
 
 
-def longrope_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+def longrope_rope(params: Params, geom: RopeGeometry, factor: float) -> tuple[dict[str, Any], int]:
     L = geom.trained_len
-    long, short = _longrope_factors(geom, params.get("factors"), params.get("knots"))
+    long, short = longrope_factors(geom, params.get("factors"), params.get("knots"))
     rope = {"rope_type": "longrope", "factor": factor, "original_max_position_embeddings": L,
             "long_factor": [float(x) for x in long], "short_factor": [float(x) for x in short]}  # fmt: skip
     if params.get("attention_factor") is not None:
@@ -191,7 +203,7 @@ def longrope_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict
     return rope, int(round(factor * L))
 
 
-def ntk_mixed_fields(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int]:
+def ntk_mixed_fields(params: Params, geom: RopeGeometry, factor: float) -> tuple[dict[str, Any], int]:
     """vLLM's ``ntk`` rope type with ``mixed_b``: ``get_rope`` reads ``rope_parameters["factor"]`` and
     ``rope_parameters.get("mixed_b")`` into ``NTKScalingRotaryEmbedding(..., scaling_factor, dtype,
     mixed_b)`` (vllm-project/vllm ``vllm/model_executor/layers/rotary_embedding/__init__.py`` at
@@ -201,12 +213,12 @@ def ntk_mixed_fields(params: dict, geom: RopeGeometry, factor: float) -> tuple[d
     return rope, int(round(factor * geom.trained_len))
 
 
-def native_export(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, int | None]:
+def native_export(params: Params, geom: RopeGeometry, factor: float) -> tuple[dict[str, Any], int | None]:
     """The model as shipped: its own rope parameters and length."""
     return native_rope(geom), geom.max_positions or None
 
 
-def native_vllm(rope: dict, factor: float) -> dict:
+def native_vllm(rope: dict[str, Any], factor: float) -> dict[str, Any]:
     """The config's own rope type, where vLLM has it."""
     rope_type = rope["rope_type"]
     if rope_type not in VLLM_ROPE_TYPES:
@@ -217,7 +229,7 @@ def native_vllm(rope: dict, factor: float) -> dict:
     return yarn_vllm(rope, factor) if rope_type == "yarn" else dict(rope)
 
 
-def proportional_rope(params: dict, geom: RopeGeometry, factor: float) -> tuple[dict, None]:
+def proportional_rope(params: Params, geom: RopeGeometry, factor: float) -> tuple[dict[str, Any], None]:
     """transformers' ``proportional`` (v5; 4.x has no such type): its ``partial_rotary_factor`` is
     the proportion of the head rotated, so a model that rotates only part of its head already
     cannot take it (see :func:`proportional_freqs`)."""

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from ctxbench.errors import UserError
 from ctxbench.methods import check_derived, frequencies, numpy_namespace, resolve
 from ctxbench.methods.grid import resolve_methods
+from ctxbench.methods.params import Namespace, Params
 from ctxbench.model.geometry import RopeGeometry
 from ctxbench.outfiles import save_figure
 
@@ -28,9 +30,9 @@ def freq_rows(
     geometry: RopeGeometry,
     factor: float,
     seq_len: int | None = None,
-    params: dict | None = None,
-    xp=None,
-) -> list[dict]:
+    params: Params | None = None,
+    xp: Namespace = None,
+) -> list[dict[str, Any]]:
     """Long rows, one per (method entry, pair): ``method, pair, inv_freq, wavelength, scaled_wavelength,
     scale, attention_scale``.
 
@@ -84,7 +86,7 @@ def _fmt_tokens(n: float) -> str:
 
 
 def plot_freqs(
-    rows: list[dict],
+    rows: list[dict[str, Any]],
     geometry: RopeGeometry,
     factor: float,
     path: str | Path,
@@ -156,7 +158,7 @@ def plot_freqs(
     ax.set_ylim(y_lo, y_hi)
 
     label_y = y_hi / 1.12
-    text = dict(fontsize=9, va="top", color="0.2")
+    text: dict[str, Any] = dict(fontsize=9, va="top", color="0.2")
     if split_in > x_lo:
         mid = math.sqrt(x_lo * split_in) if x == "wavelength" else (x_lo + split_in) / 2
         ax.text(mid, label_y, "extrapolation\nλ < L: by-parts methods keep pairs (scale 1)", ha="center", **text)

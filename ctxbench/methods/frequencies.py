@@ -1,4 +1,4 @@
-"""Frequency-level methods: one pure function each, ``fn(geometry, factor, seq_len, *, xp, **params) ->
+"""Frequency-level methods: one pure function each, ``fn(geometry, factor, seq_len, *, xp: Namespace, **params) ->
 (inv_freq, attention_scale)``, with transformers' op order (``ROPE_INIT_FUNCTIONS``), and the log-n
 family's query scales.
 """
@@ -6,13 +6,21 @@ family's query scales.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 
 from ctxbench.errors import UserError
-from ctxbench.methods.params import LONGROPE_FACTORS, YARN_BETA_FAST, YARN_BETA_SLOW, Array, read_factors
+from ctxbench.methods.params import (
+    LONGROPE_FACTORS,
+    YARN_BETA_FAST,
+    YARN_BETA_SLOW,
+    Array,
+    Namespace,
+    read_factors,
+)
 from ctxbench.model.geometry import RopeGeometry
 
 
-def torch_namespace():
+def torch_namespace() -> Namespace:
     """The array namespace of torch tensors (array-api-compat), imported on first use: listing
     methods or rejecting a bad name must answer in well under a second, and torch takes ~2-5 s."""
     import array_api_compat.torch as xp
@@ -20,7 +28,7 @@ def torch_namespace():
     return xp
 
 
-def numpy_namespace():
+def numpy_namespace() -> Namespace:
     """The array namespace of NumPy arrays: what ``ctxbench freqs`` computes with, so it answers
     without importing torch. The same float32 operations, so the same values to float32 rounding."""
     import array_api_compat.numpy as xp
@@ -28,23 +36,23 @@ def numpy_namespace():
     return xp
 
 
-def _exponents(geom: RopeGeometry, xp) -> Array:
+def _exponents(geom: RopeGeometry, xp: Namespace) -> Array:
     """``2i/d`` for each pair, float32, as transformers computes it."""
     d = geom.rotary_dim
     return xp.astype(xp.arange(0, d, 2, dtype=xp.int64), xp.float32) / d
 
 
-def _inv_freq(base: float, geom: RopeGeometry, xp) -> Array:
+def _inv_freq(base: float, geom: RopeGeometry, xp: Namespace) -> Array:
     """``theta_i = base^(-2i/d)``, float32."""
     return 1.0 / (base ** _exponents(geom, xp))
 
 
-def none_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
+def none_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace) -> tuple[Array, float]:
     """Plain RoPE, extrapolated past ``L``: ``theta_i = b^(-2i/d)`` (Su et al., arXiv 2104.09864)."""
     return _inv_freq(geom.base, geom, xp), 1.0
 
 
-def linear_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
+def linear_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace) -> tuple[Array, float]:
     """Position Interpolation: ``theta_i / s`` (Chen et al., arXiv 2306.15595)."""
     inv_freq = _inv_freq(geom.base, geom, xp)
     inv_freq /= factor
@@ -54,15 +62,15 @@ def linear_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tupl
 def ntk_base(geom: RopeGeometry, factor: float) -> float:
     """NTK-aware scaling's base ``b * s^(d/(d-2))`` (bloc97, 2023; YaRN paper sec. 3.1)."""
     d = geom.rotary_dim
-    return geom.base * factor ** (d / (d - 2))
+    return float(geom.base * factor ** (d / (d - 2)))  # float(): a power of floats is Any to mypy
 
 
-def ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
+def ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace) -> tuple[Array, float]:
     """NTK-aware scaling: plain RoPE with the base :func:`ntk_base`."""
     return _inv_freq(ntk_base(geom, factor), geom, xp), 1.0
 
 
-def dynamic_ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
+def dynamic_ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace) -> tuple[Array, float]:
     """Dynamic NTK: base ``b * (s*l/L - (s-1))^(d/(d-2))`` when ``l > L``, else plain RoPE
     (emozilla, 2023; transformers' ``dynamic``)."""
     d, L = geom.rotary_dim, geom.trained_len
@@ -73,7 +81,7 @@ def dynamic_ntk_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) ->
 
 
 def ntk_by_parts_freqs(
-    geom: RopeGeometry, factor: float, seq_len: int, *, xp, alpha: float = 1.0, beta: float = 32.0
+    geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace, alpha: float = 1.0, beta: float = 32.0
 ) -> tuple[Array, float]:
     """NTK-by-parts (YaRN paper, arXiv 2309.00071, sec. 3.2):
     ``(1-g_i)*theta_i/s + g_i*theta_i`` with ``g_i = clamp((r_i-alpha)/(beta-alpha), 0, 1)``,
@@ -85,7 +93,7 @@ def ntk_by_parts_freqs(
     return (1 - gamma) * theta / factor + gamma * theta, 1.0
 
 
-def _yarn_mscale(scale: float) -> float:
+def yarn_mscale(scale: float) -> float:
     """YaRN attention temperature ``0.1*ln(s) + 1`` (1 for ``s <= 1``)."""
     return 1.0 if scale <= 1 else 0.1 * math.log(scale) + 1.0
 
@@ -93,7 +101,7 @@ def _yarn_mscale(scale: float) -> float:
 def yarn_freqs(
     geom: RopeGeometry,
     factor: float,
-    seq_len: int, *, xp,
+    seq_len: int, *, xp: Namespace,
     beta_fast: float = YARN_BETA_FAST,
     beta_slow: float = YARN_BETA_SLOW,
     truncate: bool = True,
@@ -118,14 +126,14 @@ def yarn_freqs(
     extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
     keep = 1 - ramp  # 1 for high-frequency pairs (extrapolated), 0 for low-frequency ones
     inv_freq = interpolation * (1 - keep) + extrapolation * keep
-    scale = _yarn_mscale(factor) if attention_factor is None else float(attention_factor)
+    scale = yarn_mscale(factor) if attention_factor is None else float(attention_factor)
     return inv_freq, scale
 
 
 def dynamic_yarn_freqs(
     geom: RopeGeometry,
     factor: float,
-    seq_len: int, *, xp,
+    seq_len: int, *, xp: Namespace,
     beta_fast: float = YARN_BETA_FAST,
     beta_slow: float = YARN_BETA_SLOW,
 ) -> tuple[Array, float]:
@@ -138,7 +146,7 @@ def dynamic_yarn_freqs(
 def llama3_freqs(
     geom: RopeGeometry,
     factor: float,
-    seq_len: int, *, xp,
+    seq_len: int, *, xp: Namespace,
     low_freq_factor: float = 1.0,
     high_freq_factor: float = 4.0,
 ) -> tuple[Array, float]:
@@ -155,7 +163,7 @@ def llama3_freqs(
     return xp.where(medium, smoothed, scaled), 1.0
 
 
-def knot_curve(knots, pairs: int) -> list[float]:
+def knot_curve(knots: Iterable[float], pairs: int) -> list[float]:
     """LongRoPE's per-pair factors as a curve through ``knots``: knot ``j`` of ``K`` sits at pair
     ``j (P - 1) / (K - 1)`` of ``P``; a pair between two knots takes the log-linear (geometric)
     interpolation of their factors, so the curve is non-decreasing when the knots are. One knot is a
@@ -172,7 +180,7 @@ def knot_curve(knots, pairs: int) -> list[float]:
     return out
 
 
-def _longrope_factors(geom: RopeGeometry, factors, knots=None) -> tuple[list[float], list[float]]:
+def longrope_factors(geom: RopeGeometry, factors: object, knots: Iterable[float] | None = None) -> tuple[list[float], list[float]]:
     """(long, short) per-pair rescale factors from a JSON file, a list, knots, or the model config."""
     if knots is not None:
         if factors is not None:
@@ -196,18 +204,18 @@ def _longrope_factors(geom: RopeGeometry, factors, knots=None) -> tuple[list[flo
 def longrope_freqs(
     geom: RopeGeometry,
     factor: float,
-    seq_len: int, *, xp,
-    factors: str | list | None = None,
-    knots: tuple | None = None,
+    seq_len: int, *, xp: Namespace,
+    factors: str | Sequence[float] | None = None,
+    knots: tuple[float, ...] | None = None,
     attention_factor: float | None = None,
 ) -> tuple[Array, float]:
     """LongRoPE (Ding et al., arXiv 2402.13753): ``theta_i / lambda_i`` with searched per-pair
     factors (long ones when ``l > L``, short ones otherwise), or the factors :func:`knot_curve`
     draws through ``knots`` (at every length); attention scale ``sqrt(1 + ln(s)/ln(L))``."""
-    long, short = _longrope_factors(geom, factors, knots)
+    long, short = longrope_factors(geom, factors, knots)
     chosen = long if seq_len > geom.trained_len else short
     if len(chosen) != geom.pairs:
-        raise _factor_count_error(len(chosen), geom)
+        raise factor_count_error(len(chosen), geom)
     ext = xp.asarray(chosen, dtype=xp.float32)
     inv_freq = 1.0 / (ext * geom.base ** _exponents(geom, xp))
     if attention_factor is None:
@@ -215,14 +223,14 @@ def longrope_freqs(
     return inv_freq, float(attention_factor)
 
 
-def _factor_count_error(n: int, geom: RopeGeometry) -> UserError:
+def factor_count_error(n: int, geom: RopeGeometry) -> UserError:
     return UserError(
         f"longrope factors have {n} entries but the model has {geom.pairs} rotary pairs",
         f"give exactly {geom.pairs} factors (one per pair, d/2)",
     )
 
 
-def theta_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp, theta: float | None = None) -> tuple[Array, float]:
+def theta_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace, theta: float | None = None) -> tuple[Array, float]:
     """Adjusted base frequency (ABF; Code Llama, arXiv 2308.12950): base replaced by ``theta``."""
     if theta is None:  # a bare resolve("theta"); resolve(..., runnable=True) refuses it before anything loads
         raise UserError("method 'theta' needs a new base", "pass --param theta=1000000 (Code Llama used 1e6)")
@@ -230,7 +238,7 @@ def theta_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp, theta: f
 
 
 def ntk_mixed_freqs(
-    geom: RopeGeometry, factor: float, seq_len: int, *, xp, mixed_b: float | None = None
+    geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace, mixed_b: float | None = None
 ) -> tuple[Array, float]:
     """NTK-RoPE-mixed (Su, "Transformer upgrade path 11: carrying the beta-base position through",
     https://kexue.fm/archives/9706): pair ``i`` divided by ``lambda_m = exp(a * m^b)``, ``m = i + 1``,
@@ -250,7 +258,7 @@ def ntk_mixed_freqs(
 
 
 def ntk_alpha_freqs(
-    geom: RopeGeometry, factor: float, seq_len: int, *, xp, scaling_alpha: float | None = None
+    geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace, scaling_alpha: float | None = None
 ) -> tuple[Array, float]:
     """Hunyuan's "dynamic NTK alpha": base ``b * alpha^(d/(d-2))``, NTK-aware scaling with the
     ratio ``alpha`` given directly (Hunyuan configs: ``rope_scaling = {"type": "dynamic", "alpha": ...}``;
@@ -268,11 +276,11 @@ def alpha_base(geom: RopeGeometry, scaling_alpha: float | None) -> float:
     if scaling_alpha is None:  # a bare resolve("ntk-alpha"); resolve(..., runnable=True) refuses it
         raise UserError("method 'ntk-alpha' needs its alpha", "pass --param scaling_alpha=1000")
     d = geom.rotary_dim
-    return geom.base * float(scaling_alpha) ** (d / (d - 2))
+    return float(geom.base * float(scaling_alpha) ** (d / (d - 2)))
 
 
 def proportional_freqs(
-    geom: RopeGeometry, factor: float, seq_len: int, *, xp, partial_rotary_factor: float | None = None
+    geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace, partial_rotary_factor: float | None = None
 ) -> tuple[Array, float]:
     """Proportional RoPE (p-RoPE: Barbero et al., "Round and Round We Go! What makes Rotary
     Positional Encodings useful?", arXiv 2410.06205; Gemma 4's full-attention layers) as
@@ -306,7 +314,7 @@ def proportional_freqs(
 # position p by a factor of p alone). ``positions`` is an integer array; the result is float32.
 
 
-def logn_query_scale(positions: Array, trained_len: int, *, xp) -> Array:
+def logn_query_scale(positions: Array, trained_len: int, *, xp: Namespace) -> Array:
     """Log-n scaling: ``max(1, log_L(m))`` for the 1-based position ``m = p + 1``, as bojone/rerope's
     ``clip(log(position_ids + 1) / log(L), 1)`` (Su 2021; Chiang & Cholak 2022)."""
     m = xp.astype(positions + 1, xp.float32)
@@ -314,7 +322,7 @@ def logn_query_scale(positions: Array, trained_len: int, *, xp) -> Array:
 
 
 def ssmax_query_scale(
-    positions: Array, trained_len: int, *, xp, attn_scale: float = 0.1, floor_scale: int = 8192
+    positions: Array, trained_len: int, *, xp: Namespace, attn_scale: float = 0.1, floor_scale: int = 8192
 ) -> Array:
     """Scalable-Softmax as Llama 4 ships it (attention temperature tuning; Nakanishi, arXiv 2501.19399):
     ``1 + attn_scale * ln(1 + floor((p + 1) / floor_scale))`` for the 0-based position ``p``, in the

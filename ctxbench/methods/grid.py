@@ -11,20 +11,22 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+from collections.abc import Sequence
 
 from ctxbench.errors import UserError
-from ctxbench.methods.setting import default_label, resolve
+from ctxbench.methods.params import Param, Params
+from ctxbench.methods.setting import MethodSetting, default_label, resolve
 from ctxbench.parsing import parse_params, split_methods
 
 
-def expand(params: dict, declared: dict | None = None, method: str = "") -> list[dict]:
+def expand(params: Params, declared: dict[str, Param] | None = None, method: str = "") -> list[Params]:
     """``{"a": [1, 2], "b": 3}`` -> ``[{"a": 1, "b": 3}, {"a": 2, "b": 3}]`` (keys in order).
 
     ``declared`` (``{name: Param}``) says which lists are grids: for a list-valued parameter
     (LongRoPE's ``factors``) a list of numbers is one value, a list of files or lists a grid."""
     keys = list(params)
 
-    def grid(k) -> bool:
+    def grid(k: str) -> bool:
         p = (declared or {}).get(k)
         return p.is_grid(params[k]) if p is not None else isinstance(params[k], (list, tuple))
 
@@ -36,7 +38,7 @@ def expand(params: dict, declared: dict | None = None, method: str = "") -> list
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*choices)]
 
 
-def method_entries(name: str, params: dict | None = None, label: str | None = None) -> list:
+def method_entries(name: str, params: Params | None = None, label: str | None = None) -> list[MethodSetting]:
     """One method name with its parameters -> its resolved entries (a grid if values are lists).
     A given ``label`` names a single entry, or is suffixed with the parameters of each grid point.
     Every entry is checked as one that will run (:func:`ctxbench.methods.resolve`, ``runnable``)."""
@@ -53,9 +55,9 @@ def method_entries(name: str, params: dict | None = None, label: str | None = No
     return out
 
 
-def check_labels(settings: list, where: str = "") -> None:
+def check_labels(settings: Sequence[MethodSetting], where: str = "") -> None:
     """Two entries with the same label would merge in every table: an error naming both."""
-    seen: dict[str, object] = {}
+    seen: dict[str, MethodSetting] = {}
     for s in settings:
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in s.label):
             raise UserError(f"{where}label {json.dumps(s.label)} holds a line break or another control character",
@@ -68,11 +70,11 @@ def check_labels(settings: list, where: str = "") -> None:
         seen[s.label] = s
 
 
-def _describe(setting) -> str:
+def _describe(setting: MethodSetting) -> str:
     return f"{setting.name} {setting.params_json()}"
 
 
-def parse_spec(item: str) -> tuple[str, dict]:
+def parse_spec(item: str) -> tuple[str, Params]:
     """One method spec -> ``(name, its own parameters)``: ``"yarn"`` -> ``("yarn", {})``,
     ``"yarn(beta_fast=24,beta_slow=2)"`` -> ``("yarn", {"beta_fast": 24, "beta_slow": 2})``. The
     parameters read as ``--param`` values do (a comma list after ``key=`` is a grid), so a label as
@@ -90,7 +92,7 @@ def parse_spec(item: str) -> tuple[str, dict]:
         raise UserError(f"bad method spec '{item}': {exc.what}", example) from None
 
 
-def one_spec(item: str, params: dict | None = None, what: str = "--method") -> tuple[str, dict]:
+def one_spec(item: str, params: Params | None = None, what: str = "--method") -> tuple[str, Params]:
     """One method spec naming one setting (what ``export`` prints, what a report labels and ``tune``
     prints as its winner: ``yarn(beta_fast=16)``) -> ``(name, its parameters merged with params)``.
     A parameter given in both is one clear error."""
@@ -102,7 +104,7 @@ def one_spec(item: str, params: dict | None = None, what: str = "--method") -> t
     return name, {**params, **inline}  # a grid of values is refused by resolve, each parameter by its kind
 
 
-def resolve_methods(method, params: dict | None = None) -> list:
+def resolve_methods(method: str | Sequence[str], params: Params | None = None) -> list[MethodSetting]:
     """``"none,yarn"`` (or a list) and ``params`` -> resolved, labelled entries.
 
     ``params`` is either one dict shared by the methods (each takes the keys it knows; a key

@@ -41,6 +41,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
+
+# A kernel's answer: (out (b, h, n_q, d), log-sum-exp (b, h, n_q) float32).
+Pair = tuple[Tensor, Tensor]
+# A class of calls a kernel is chosen for: (device, dtype, heads, head dim, windowed).
+CallClass = tuple[str, torch.dtype, int, int, bool]
 
 # Elements of one score block of the reference kernel (rows x keys x heads x batch).
 SCORE_BUDGET = 2**25
@@ -66,14 +72,15 @@ class Kernel:
     already cut to the last row's edge, so ``causal`` means the lower-right edge."""
 
     name: str
-    fn: Callable
+    fn: Callable[..., Pair]  # fn(q, k, v, window_left, causal, scale) -> (out, lse)
     dtypes: tuple[torch.dtype, ...] | None = None  # None: any
     windows: bool = False  # runs a sliding window
 
     def supports(self, dtype: torch.dtype, windowed: bool) -> bool:
         return (self.dtypes is None or dtype in self.dtypes) and (self.windows or not windowed)
 
-    def __call__(self, q, k, v, *, window_left: int | None = None, causal_offset: int | None = None, scale: float):
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, *, window_left: int | None = None, causal_offset: int | None = None,
+                 scale: float) -> Pair:
         n_q, n_k = q.shape[2], k.shape[2]
         if causal_offset is not None:
             if causal_offset < 0:
@@ -91,7 +98,7 @@ class Kernel:
         return self.fn(q, k, v, window_left, causal_offset is not None, scale)
 
 
-def _math(q, k, v, window_left, causal_offset, scale):
+def _math(q: Tensor, k: Tensor, v: Tensor, window_left: int | None, causal_offset: int | None, scale: float) -> Pair:
     """The reference: blocks of rows, each with its explicit boolean mask over the keys it can reach,
     softmax in float32 (float64 for float64 inputs)."""
     acc = acc_dtype(q.dtype)
@@ -127,7 +134,7 @@ def _rows(lse: torch.Tensor, b: int, h: int, n_q: int) -> torch.Tensor:
     return lse.reshape(b, h, -1)[:, :, :n_q].float()
 
 
-def _flash(q, k, v, window_left, causal, scale):
+def _flash(q: Tensor, k: Tensor, v: Tensor, window_left: int | None, causal: bool, scale: float) -> Pair:
     """``aten._flash_attention_forward``: (b, n, h, d) layout, lower-right edge, window sizes."""
     b, h, n_q, _ = q.shape
     n_k = k.shape[2]
@@ -139,12 +146,12 @@ def _flash(q, k, v, window_left, causal, scale):
     return out.transpose(1, 2), _rows(lse, b, h, n_q)
 
 
-def _upper_left(call):
+def _upper_left(call: Callable[[Tensor, Tensor, Tensor, bool, float], Pair]) -> Callable[..., Pair]:
     """An upper-left kernel ``call(q, k, v, is_causal, scale) -> (out, lse)`` run at the lower-right edge:
     the keys every row sees (``0 .. n_k - n_q - 1``) unmasked, then the last ``n_q`` keys square-causal,
     merged by log-sum-exp."""
 
-    def run(q, k, v, window_left, causal, scale):
+    def run(q: Tensor, k: Tensor, v: Tensor, window_left: int | None, causal: bool, scale: float) -> Pair:
         n_q, n_k = q.shape[2], k.shape[2]
         if not causal or n_k == n_q:
             return call(q, k, v, causal, scale)
@@ -158,19 +165,19 @@ def _upper_left(call):
     return run
 
 
-def _cudnn_call(q, k, v, is_causal, scale):
+def _cudnn_call(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: float) -> Pair:
     b, h, n_q, _ = q.shape
     out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, is_causal, False, scale=scale)[:2]
     return out, _rows(lse, b, h, n_q)
 
 
-def _efficient_call(q, k, v, is_causal, scale):
+def _efficient_call(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: float) -> Pair:
     b, h, n_q, _ = q.shape
     out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, is_causal, scale=scale)[:2]
     return out, _rows(lse, b, h, n_q)
 
 
-def _efficient_window(q, k, v, window_left, causal, scale):
+def _efficient_window(q: Tensor, k: Tensor, v: Tensor, window_left: int | None, causal: bool, scale: float) -> Pair:
     """``aten._efficient_attention_forward``: (b, n, h, d) layout, ``custom_mask_type`` 2 (causal from
     the bottom right), ``window_size`` the keys a row sees (``window_left + 1``)."""
     b, h, n_q, _ = q.shape
@@ -192,12 +199,12 @@ EFFICIENT_WINDOW = Kernel("efficient-window", _efficient_window, (torch.float32,
 # The kernels :func:`choose` picks among, per device type; any other device type runs MATH.
 CANDIDATES: dict[str, tuple[Kernel, ...]] = {"cuda": (FLASH, CUDNN, EFFICIENT, EFFICIENT_WINDOW)}
 PROBE_LEN = 4096  # the square causal call each surviving candidate is timed on (shorter sequences: theirs)
-_CHOSEN: dict[tuple, Kernel | None] = {}
-REJECTED: dict[tuple, dict[str, str]] = {}  # per class of call: candidate -> why it was not taken
-TIMINGS: dict[tuple, dict[str, float]] = {}  # per class of call: candidate -> seconds of the timed probe
+_CHOSEN: dict[CallClass, Kernel | None] = {}
+REJECTED: dict[CallClass, dict[str, str]] = {}  # per class of call: candidate -> why it was not taken
+TIMINGS: dict[CallClass, dict[str, float]] = {}  # per class of call: candidate -> seconds of the timed probe
 
 
-def _class_of(q: torch.Tensor, windowed: bool) -> tuple:
+def _class_of(q: torch.Tensor, windowed: bool) -> CallClass:
     return (str(q.device), q.dtype, q.shape[1], q.shape[-1], windowed)
 
 
@@ -214,7 +221,7 @@ def choose(q: torch.Tensor, *, windowed: bool, length: int = PROBE_LEN) -> Kerne
     return _CHOSEN[key]
 
 
-def chosen() -> dict[tuple, str | None]:
+def chosen() -> dict[CallClass, str | None]:
     """What :func:`choose` has picked in this process: class of call -> kernel name (None: none works)."""
     return {k: (v.name if v is not None else None) for k, v in _CHOSEN.items()}
 
@@ -241,7 +248,7 @@ def _agrees(kernel: Kernel, q: torch.Tensor, windowed: bool) -> str:
     return ""
 
 
-def _measure(found: list[Kernel], q: torch.Tensor, windowed: bool, length: int, key: tuple) -> Kernel | None:
+def _measure(found: list[Kernel], q: torch.Tensor, windowed: bool, length: int, key: CallClass) -> Kernel | None:
     rejected, times = REJECTED.setdefault(key, {}), TIMINGS.setdefault(key, {})
     h, d = q.shape[1], q.shape[-1]
     for kernel in found:
@@ -266,7 +273,7 @@ def _measure(found: list[Kernel], q: torch.Tensor, windowed: bool, length: int, 
             rejected[kernel.name] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
     if not times:
         return None
-    best = min(times, key=times.get)
+    best = min(times, key=times.__getitem__)
     return next(k for k in found if k.name == best)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from ctxbench.errors import UserError
-from ctxbench.methods.frequencies import _factor_count_error, _longrope_factors, none_freqs
-from ctxbench.methods.params import Array
+from ctxbench.methods.frequencies import factor_count_error, longrope_factors, none_freqs
+from ctxbench.methods.params import Array, Namespace, Params
 from ctxbench.model.geometry import RopeGeometry
 
 # Rope types whose frequencies depend on the sequence length (transformers recomputes them per forward).
@@ -17,7 +17,7 @@ DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 class _RopeConfig:
     """The few config fields transformers' ``ROPE_INIT_FUNCTIONS`` read, rebuilt from a geometry."""
 
-    def __init__(self, geom: RopeGeometry, rope: dict) -> None:
+    def __init__(self, geom: RopeGeometry, rope: Params) -> None:
         partial = geom.rotary_dim / geom.head_dim
         if int(geom.head_dim * partial) != geom.rotary_dim:  # int() must give back the rotary dim
             partial = math.nextafter(partial, 2.0)
@@ -31,14 +31,14 @@ class _RopeConfig:
         pass
 
 
-def native_rope(geom: RopeGeometry) -> dict:
+def native_rope(geom: RopeGeometry) -> Params:
     """The model config's own RoPE scaling: ``{"rope_type": ..., <its parameters>}`` (``default`` when none)."""
     rope = {k: v for k, v in geom.native.items() if k != "type"}
     rope_type = rope.get("rope_type") or geom.native.get("type") or "default"
     return {**rope, "rope_type": rope_type}
 
 
-def native_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tuple[Array, float]:
+def native_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespace) -> tuple[Array, float]:
     """The model as shipped: the config's own RoPE scaling, computed by the installed transformers'
     ``ROPE_INIT_FUNCTIONS`` (linear, dynamic, yarn, longrope, llama3, and any other type it has) for
     a sequence of ``seq_len`` tokens, as the model's rotary module would; the given factor is not used."""
@@ -58,7 +58,7 @@ def native_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp) -> tupl
     return xp.asarray(inv_freq.float().numpy()), float(scale)  # torch or NumPy, as asked
 
 
-def native_params(params: dict, geom: RopeGeometry, factor: float) -> dict:
+def native_params(params: Params, geom: RopeGeometry, factor: float) -> Params:
     """What ``native`` uses: the config's own RoPE type and parameters, as shipped; on a model without
     RoPE, the kind of positions it has (``absolute``, ``alibi``)."""
     if not geom.has_rope:
@@ -71,14 +71,14 @@ def native_dynamic(geom: RopeGeometry) -> bool:
     return geom.has_rope and native_rope(geom)["rope_type"] in DYNAMIC_ROPE_TYPES
 
 
-def longrope_check(params: dict, geom: RopeGeometry) -> None:
+def longrope_check(params: Params, geom: RopeGeometry) -> None:
     """LongRoPE factors the user gave must number ``d/2``, which only the geometry tells; factors and
     knots are not given together."""
     factors, knots = params.get("factors"), params.get("knots")
     if knots is not None:
-        _longrope_factors(geom, factors, knots)  # not both
-    elif factors is not None and len(_longrope_factors(geom, factors)[0]) != geom.pairs:
-        raise _factor_count_error(len(_longrope_factors(geom, factors)[0]), geom)
+        longrope_factors(geom, factors, knots)  # not both
+    elif factors is not None and len(longrope_factors(geom, factors)[0]) != geom.pairs:
+        raise factor_count_error(len(longrope_factors(geom, factors)[0]), geom)
 
 
 # Engine exports (``ctxbench export``, :mod:`ctxbench.methods.export`): per engine, a function giving what the

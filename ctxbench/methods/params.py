@@ -17,6 +17,8 @@ from ctxbench.parsing import MOST_FACTOR, MOST_LENGTH, parse_length
 
 Array = Any  # a float32 array of the namespace ``xp``: a torch tensor, or NumPy in ``ctxbench freqs``
 FreqFn = Callable[..., tuple["Array", float]]  # fn(geom, factor, seq_len, *, xp, **params)
+Params = dict[str, Any]  # a method's parameters: name -> value
+Namespace = Any  # an array API namespace ``xp``: array_api_compat.torch, or .numpy in ``ctxbench freqs``
 
 # The finite ends of the declared ranges, each a number that means something for what the parameter
 # counts, so that no value inside a declared range overflows a formula (``1e308`` rotations did):
@@ -66,10 +68,10 @@ class Tune:
             raise ValueError("a grid range gives values(L, T), a log or linear one bounds(L, T)")
 
 
-def tune_range(scale: str, why: str, low, high=None, knots: int = 0) -> Tune:
+def tune_range(scale: str, why: str, low: object, high: object = None, knots: int = 0) -> Tune:
     """A :class:`Tune` from plain numbers or functions of ``(L, T)``: ``tune_range("log", why, 4, 64)``,
     ``tune_range("grid", why, lambda L, T: (L // 8, L // 4))``; ``knots`` for a curve parameter."""
-    def at(x):
+    def at(x: object) -> Callable[[int, int], Any]:
         return x if callable(x) else (lambda L, T: x)
 
     if scale == "grid":
@@ -91,7 +93,7 @@ class Param:
     """
 
     name: str
-    default: object
+    default: Any  # a value of its kind (loose: a number, text, a list)
     kind: str
     help: str
     low: float | None = None
@@ -100,7 +102,7 @@ class Param:
     choices: tuple[str, ...] = ()
     greater_than: str | None = None
     required: bool = False
-    example: object = None
+    example: Any = None
     tune: Tune | None = None  # where ``ctxbench tune`` searches it; None: it is not tuned (kept at its default)
 
     def __post_init__(self) -> None:
@@ -134,7 +136,7 @@ class Param:
         }[self.kind]
         return text + (", or auto" if self.auto and with_auto else "")
 
-    def bound_text(self, x) -> str:
+    def bound_text(self, x: float) -> str:
         """A bound as messages show it, in a form the parameter takes back: ``16m`` for a length,
         ``1e+06``, ``16777216`` (never a rounded ``1.67772e+07`` that would not be the bound)."""
         if self.kind == "length" and x >= 2**20 and x % 2**20 == 0:
@@ -149,7 +151,7 @@ class Param:
             return "required" if self.required else "auto"
         return format_value(self.default)
 
-    def bad(self, method: str, value, problem: str) -> UserError:
+    def bad(self, method: str, value: object, problem: str) -> UserError:
         """The one-line error for a bad value: method, parameter, value, and what it takes."""
         example = self.example if self.example is not None else self.default
         return UserError(
@@ -157,7 +159,7 @@ class Param:
             f"{self.name} is {self.type_text()} ({self.help}); e.g. {self.name}={format_value(example)}",
         )
 
-    def check(self, value, method: str):
+    def check(self, value: Any, method: str) -> Any:
         """``value`` if it is one this parameter takes, as the method reads it (a ``length`` in
         tokens, ``auto`` as ``None``, a list of factors as a tuple), else the :meth:`bad` error."""
         if self.auto and (value is None or (isinstance(value, str) and value.strip().lower() == "auto")):
@@ -167,7 +169,7 @@ class Param:
         except ValueError as exc:
             raise self.bad(method, value, str(exc)) from None
 
-    def is_grid(self, value) -> bool:
+    def is_grid(self, value: object) -> bool:
         """A list given for this parameter means one run per item (``beta_fast = [16, 32]``); for
         ``factors``, whose one value is a list of numbers, only a list of files or of lists is a grid."""
         if not isinstance(value, (list, tuple)):
@@ -177,12 +179,12 @@ class Param:
         return True
 
 
-def _is_number(value) -> bool:
+def _is_number(value: object) -> bool:
     """A real number, and not a bool (``True`` is an int in Python, but never a number here)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def show_value(value) -> str:
+def show_value(value: object) -> str:
     """A value as an error quotes it: ``'abc'`` for text, ``''`` for empty, ``true``, ``nan``, ``[1, 2]``."""
     if isinstance(value, str):
         return repr(value)
@@ -195,7 +197,9 @@ def show_value(value) -> str:
     return str(value)
 
 
-def _bounded(p: Param, x):
+# The checks of each kind: a loose value (command line, suite, API) in, the value the method reads
+# out, or ValueError saying what is wrong; loose values are Any.
+def _bounded(p: Param, x: Any) -> Any:
     if not math.isfinite(x):
         raise ValueError("is not a finite number")
     if p.low is not None and not (x >= p.low if p.low_inclusive else x > p.low):
@@ -205,23 +209,23 @@ def _bounded(p: Param, x):
     return x
 
 
-def _empty(value) -> bool:
+def _empty(value: object) -> bool:
     return isinstance(value, str) and not value.strip()  # ``--param beta_fast=``
 
 
-def _check_float(p: Param, value):
+def _check_float(p: Param, value: Any) -> Any:
     if not _is_number(value):
         raise ValueError("is empty" if _empty(value) else "is not a number")
     return _bounded(p, value if isinstance(value, (int, float)) else float(value))
 
 
-def _check_int(p: Param, value):
+def _check_int(p: Param, value: Any) -> Any:
     if not _is_number(value) or not math.isfinite(value) or int(value) != value:
         raise ValueError("is empty" if _empty(value) else "is not a whole number")
     return _bounded(p, int(value))
 
 
-def _check_length(p: Param, value):
+def _check_length(p: Param, value: Any) -> Any:
     if isinstance(value, str) and value.strip():
         try:
             value = parse_length(value)
@@ -230,20 +234,20 @@ def _check_length(p: Param, value):
     return _check_int(p, value)
 
 
-def _check_bool(p: Param, value):
+def _check_bool(p: Param, value: Any) -> Any:
     if not isinstance(value, bool):
         raise ValueError("is not true or false")
     return value
 
 
-def _check_choice(p: Param, value):
+def _check_choice(p: Param, value: Any) -> Any:
     if value not in p.choices:
         guess = closest(str(value), p.choices)
         raise ValueError("is not one of the choices" + (f" (did you mean '{guess}'?)" if guess else ""))
     return value
 
 
-def _check_factors(p: Param, value):
+def _check_factors(p: Param, value: Any) -> Any:
     if _empty(value):
         raise ValueError("is empty")
     if not isinstance(value, (str, list, tuple)):
@@ -252,7 +256,7 @@ def _check_factors(p: Param, value):
     return tuple(value) if isinstance(value, list) else value
 
 
-def _check_curve(p: Param, value):
+def _check_curve(p: Param, value: Any) -> Any:
     if isinstance(value, str) and value.strip().startswith("["):
         try:
             value = json.loads(value)
@@ -321,7 +325,7 @@ LONGROPE_KNOTS = Param("knots", None, "curve", "per-pair factors as a non-decrea
                                                               1, lambda L, T: 2 * T / L, knots=4))  # fmt: skip
 
 
-def format_value(value) -> str:
+def format_value(value: object) -> str:
     """A parameter value as labels show it: ``16`` for 16.0, ``0.25``, ``true``, ``a|b`` for lists."""
     if isinstance(value, bool):
         return str(value).lower()
@@ -332,7 +336,7 @@ def format_value(value) -> str:
     return str(value)
 
 
-def read_factors(factors) -> tuple[list[float], list[float]]:
+def read_factors(factors: object) -> tuple[list[float], list[float]]:
     """LongRoPE's ``(long, short)`` per-pair factors from a list of numbers (both the same) or the
     path of a JSON file holding such a list or ``{"long_factor": [...], "short_factor": [...]}``
     (short defaults to long). Every factor is a finite number > 0: it divides a frequency.
@@ -359,7 +363,7 @@ def read_factors(factors) -> tuple[list[float], list[float]]:
     return long, short
 
 
-def _factor_list(values, where: str) -> list[float]:
+def _factor_list(values: object, where: str) -> list[float]:
     if not isinstance(values, (list, tuple)):
         raise ValueError(f"has no list of numbers{where}")
     if not values:

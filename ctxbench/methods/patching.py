@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
@@ -50,6 +51,11 @@ from ctxbench.methods.attention import NAME as ATTENTION_NAME
 from ctxbench.methods.attention import AttentionPlan
 from ctxbench.model.geometry import RopeGeometry
 
+# A transformers module (the model, a rotary embedding, an attention layer): ctxbench reads and sets
+# attributes nn.Module's type does not have (``{prefix}inv_freq``, ``rope_type``, ``layer_idx``, the
+# attention plan), so its type is Any here.
+HfModule = Any
+
 
 def rotary_modules(model: nn.Module) -> list[nn.Module]:
     """Every module holding an ``inv_freq`` tensor (one per model in v5, one per layer in older code)."""
@@ -62,7 +68,7 @@ def rotary_modules(model: nn.Module) -> list[nn.Module]:
     return found
 
 
-def rotary_tables(model: nn.Module, geom: RopeGeometry) -> list[tuple[nn.Module, str]]:
+def rotary_tables(model: nn.Module, geom: RopeGeometry) -> list[tuple[HfModule, str]]:
     """``(module, prefix)`` of every rotary table a method rewrites: ``module.{prefix}inv_freq`` (and
     ``{prefix}attention_scaling``); the prefix is ``""``, or ``"<layer type>_"`` on a per-layer-type model."""
     if not geom.layer_type:
@@ -87,7 +93,7 @@ def check_layout(model: nn.Module, geom: RopeGeometry, setting: MethodSetting, f
     _check_fits(rotary_tables(model, geom), inv_freq, setting.label)
 
 
-def _check_fits(tables: list[tuple[nn.Module, str]], inv_freq: torch.Tensor, label: str) -> None:
+def _check_fits(tables: list[tuple[HfModule, str]], inv_freq: torch.Tensor, label: str) -> None:
     """Every table ``module.{prefix}inv_freq`` holds as many frequencies as the method computed."""
     for module, prefix in tables:
         held = getattr(module, f"{prefix}inv_freq").shape
@@ -99,22 +105,22 @@ def _check_fits(tables: list[tuple[nn.Module, str]], inv_freq: torch.Tensor, lab
             )
 
 
-def _no_dynamic_update(module: nn.Module, layer_type: str):
+def _no_dynamic_update(module: HfModule, layer_type: str) -> str | dict[str, str]:
     """``rope_type`` that keeps transformers' dynamic update off the rewritten table: ``"default"``, or
     a per-layer-type module's dict with that type's entry ``"default"`` (a new dict; the original is restored)."""
     rope_type = module.rope_type
     return {**rope_type, layer_type: "default"} if isinstance(rope_type, dict) else "default"
 
 
-def attention_modules(model: nn.Module) -> list[nn.Module]:
+def attention_modules(model: nn.Module) -> list[HfModule]:
     """Self-attention modules: the ones transformers calls the attention interface from."""
     return [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "scaling") and hasattr(m, "config")]
 
 
 @contextmanager
 def applied(
-    model: nn.Module, geom: RopeGeometry, setting: MethodSetting, factor: float, seq_len: int
-) -> Iterator[tuple[torch.Tensor, float]]:
+    model: HfModule, geom: RopeGeometry, setting: MethodSetting, factor: float, seq_len: int
+) -> Iterator[tuple[torch.Tensor | None, float]]:
     """Apply ``setting`` at ``factor`` for sequences of ``seq_len`` tokens; yields (inv_freq, scale).
 
     On a model without RoPE only the baselines ``none`` and ``native`` apply, and they leave the
@@ -132,7 +138,7 @@ def applied(
         (m, p, getattr(m, f"{p}inv_freq"), getattr(m, f"{p}attention_scaling", None), getattr(m, "rope_type", None))
         for m, p in tables
     ]
-    attn_saved: list[nn.Module] = []
+    attn_saved: list[HfModule] = []
     impl = getattr(model.config, "_attn_implementation", None)
     try:
         for module, prefix, original, _, _ in saved:
@@ -189,7 +195,7 @@ def applied(
             model.set_attn_implementation(impl)
 
 
-def _layer_plan(plan: AttentionPlan, module: nn.Module, layers: range | None) -> AttentionPlan:
+def _layer_plan(plan: AttentionPlan, module: HfModule, layers: range | None) -> AttentionPlan:
     """The plan of one attention module: the shared one for a method of every layer; for a method
     of some layers (``ms-poe``'s ``first_layer``), its own copy, with its own memo, on those layers,
     and plain RoPE (the frequency part's) on the others."""
@@ -200,7 +206,7 @@ def _layer_plan(plan: AttentionPlan, module: nn.Module, layers: range | None) ->
     return replace(plan, branches=(), query_scale=None, head_ratios=None, order_heads=None, key_ratios=None, memo={})
 
 
-def _runs_method(module: nn.Module, geom: RopeGeometry, setting: MethodSetting) -> bool:
+def _runs_method(module: HfModule, geom: RopeGeometry, setting: MethodSetting) -> bool:
     """Whether an attention module runs the attention-level method: every one on a one-RoPE model;
     on a per-layer-type model those of the geometry's type, while a sliding-window layer of another
     type is marked to attend as shipped (``_ctxbench_window``) and any other layer is one error."""

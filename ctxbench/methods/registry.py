@@ -33,10 +33,10 @@ from ctxbench.methods.engines import (
     DCA_VLLM_REFUSAL,
     DYNAMIC_IN_VLLM,
     Exports,
-    _base_of_none,
-    _base_of_ntk,
-    _base_of_ntk_alpha,
-    _base_of_theta,
+    base_of_none,
+    base_of_ntk,
+    base_of_ntk_alpha,
+    base_of_theta,
     dynamic_ntk_rope,
     linear_flags,
     linear_rope,
@@ -97,6 +97,7 @@ from ctxbench.methods.params import (
     Array,
     FreqFn,
     Param,
+    Params,
     Tune,
     tune_range,
 )
@@ -122,6 +123,9 @@ class Method:
     # The log-n family: fn(positions, trained_len, *, xp, **params) -> the factor multiplying the
     # query at each 0-based position (``logn``, ``ssmax``); a two-branch method also takes one.
     query_scale: Callable[..., Array] | None = None
+    # its query scale is log-n's, log_L(m) past L (Su 2021), the one ``MethodSetting.logn`` reports:
+    # ``rerope+logn`` (another member of the family stacked the same way, ``ssmax``, is not)
+    log_n: bool = False
     # A two-branch method: fn(q_pos, k_pos, inv_freq, *, xp, **params) -> (query positions, key
     # positions, inverse frequencies) of the far branch (keys at i - j >= window); the near branch is RoPE.
     far: Callable[..., tuple[Array, Array, Array]] | None = None
@@ -144,9 +148,9 @@ class Method:
     causal: bool = True
     # fn(params, geom, factor) -> the parameters it uses on this model at this factor, from its own:
     # defaults derived from L and s (rerope's window L/4), the config's own scaling (native)
-    derive: Callable[[dict, RopeGeometry, float], dict] | None = None
+    derive: Callable[[Params, RopeGeometry, float], Params] | None = None
     # fn(params, geom) raising UserError where its parameters cannot apply to this model
-    check: Callable[[dict, RopeGeometry], None] | None = None
+    check: Callable[[Params, RopeGeometry], None] | None = None
     baseline: bool = False  # applies to a model without RoPE, leaving it as it is
     # fn(geom) -> whether it depends on the sequence length on this model (default: ``dynamic``)
     dynamic_on: Callable[[RopeGeometry], bool] | None = None
@@ -154,10 +158,10 @@ class Method:
     # ``ctxbench tune``: where it searches the factor (None: the factor stays T/L), and fn(params, L, T)
     # -> why a point of the search space is left out (the authors' rule), or None to keep it
     tune_factor: Tune | None = None
-    tune_rule: Callable[[dict, int, int], str | None] | None = None
+    tune_rule: Callable[[Params, int, int], str | None] | None = None
 
     @property
-    def params(self) -> dict:
+    def params(self) -> Params:
         """``{name: default}`` of the declared parameters (``None``: derived, or required)."""
         return {p.name: p.default for p in self.declared}
 
@@ -176,12 +180,12 @@ class Method:
 TUNE_FACTOR = tune_range("log", "T/L (positions up to T within s*L) to 2T/L", lambda L, T: T / L, lambda L, T: 2 * T / L)
 
 
-def _reaches_target(compression: str):
+def _reaches_target(compression: str) -> Callable[[Params, int, int], str | None]:
     """The rule of the two-branch methods' authors: the window plus the far part compressed by
     ``compression`` must cover the target, ``w + (L - w) * G >= T`` (Self-Extend, arXiv 2401.01325,
     sec. 3: the longest context it extends to); a window of L or more leaves nothing to compress."""
 
-    def rule(params: dict, L: int, T: int) -> str | None:
+    def rule(params: Params, L: int, T: int) -> str | None:
         window = params.get("window") or L // 4
         if window >= L:
             return f"window {window} >= L = {L}"
@@ -194,7 +198,7 @@ def _reaches_target(compression: str):
     return rule
 
 
-def _string_rule(params: dict, L: int, T: int) -> str | None:
+def _string_rule(params: Params, L: int, T: int) -> str | None:
     """local_value <= window/2 (STRING's own constraint, as STRING's parameters are checked when a setting resolves)."""
     window, local = params.get("window") or int(0.33 * L), params.get("local_value")
     if local is not None and local > window // 2:
@@ -202,7 +206,7 @@ def _string_rule(params: dict, L: int, T: int) -> str | None:
     return None
 
 
-def _dca_rule(params: dict, L: int, T: int) -> str | None:
+def _dca_rule(params: Params, L: int, T: int) -> str | None:
     """local_window < chunk_size (DCA's own constraint; the default local window is L/8, at most half the chunk)."""
     chunk = params.get("chunk_size") or 3 * L // 4
     local = params.get("local_window") or min(L // 8, chunk // 2)
@@ -212,13 +216,13 @@ def _dca_rule(params: dict, L: int, T: int) -> str | None:
 METHODS: dict[str, Method] = {
     "none": Method(
         "none", none_freqs, "theta_i = b^(-2i/d), extrapolated", "RoPE, arXiv 2104.09864", uses_factor=False,
-        baseline=True, exports=rebased(_base_of_none),
+        baseline=True, exports=rebased(base_of_none),
     ),
     "linear": Method(
         "linear", linear_freqs, "theta_i / s", "Position Interpolation, arXiv 2306.15595",
         exports=Exports(linear_rope, same_in_vllm, linear_flags), tune_factor=TUNE_FACTOR,
     ),
-    "ntk": Method("ntk", ntk_freqs, "base b*s^(d/(d-2))", "NTK-aware scaled RoPE (bloc97, 2023)", exports=rebased(_base_of_ntk),
+    "ntk": Method("ntk", ntk_freqs, "base b*s^(d/(d-2))", "NTK-aware scaled RoPE (bloc97, 2023)", exports=rebased(base_of_ntk),
                   tune_factor=TUNE_FACTOR),
     "dynamic-ntk": Method(
         "dynamic-ntk", dynamic_ntk_freqs, "base b*(s*l/L-(s-1))^(d/(d-2)) when l > L",
@@ -279,7 +283,7 @@ METHODS: dict[str, Method] = {
         "theta", theta_freqs, "base replaced by theta", "ABF, Code Llama arXiv 2308.12950",
         declared=(Param("theta", None, "float", "the new rope base b; Code Llama used 1e6", low=1, low_inclusive=False,
                         high=MOST_BASE, required=True, example=1000000),),
-        uses_factor=False, exports=rebased(_base_of_theta),
+        uses_factor=False, exports=rebased(base_of_theta),
     ),  # fmt: skip
     "ntk-mixed": Method(
         "ntk-mixed", ntk_mixed_freqs, "theta_i / exp(a*m^b), m=i+1, a=ln(s)/(d/2)^b",
@@ -311,7 +315,7 @@ METHODS: dict[str, Method] = {
         "Hunyuan dynamic NTK alpha; vLLM DynamicNTKAlphaRotaryEmbedding",
         declared=(Param("scaling_alpha", None, "float", "NTK ratio alpha (Hunyuan's rope_scaling alpha); the factor is not used",
                         low=1, high=MOST_FACTOR, required=True, example=1000),),
-        uses_factor=False, exports=rebased(_base_of_ntk_alpha),
+        uses_factor=False, exports=rebased(base_of_ntk_alpha),
     ),  # fmt: skip
     "native": Method(
         "native", native_freqs, "the model config's own RoPE scaling (its rope_type and parameters), as shipped",
@@ -322,7 +326,7 @@ METHODS: dict[str, Method] = {
     # Attention-level methods: frequencies come from the method they are combined with (none by default).
     "logn": Method(
         "logn", None, "q at position m > L scaled by log_L(m)", "entropy-invariant attention (Su 2021; Chiang & Cholak 2022)",
-        uses_factor=False, attention=True, query_scale=logn_query_scale, exports=Exports.refused(ATTENTION_REFUSAL),
+        uses_factor=False, attention=True, query_scale=logn_query_scale, log_n=True, exports=Exports.refused(ATTENTION_REFUSAL),
     ),
     "ssmax": Method(
         "ssmax", None, "q at 0-based p scaled by 1 + attn_scale*ln(1+floor((p+1)/floor_scale))",
@@ -400,3 +404,5 @@ ALIASES: dict[str, str] = {"pi": "linear", "dynamic": "dynamic-ntk", "abf": "the
 # log-n query scaling (``rerope+logn``).
 TWO_BRANCH = tuple(n for n, m in METHODS.items() if m.far is not None)
 BASELINES = tuple(n for n, m in METHODS.items() if m.baseline)  # what applies to a model without RoPE
+# The model's own frequencies: the frequency method of a setting that names none (``rerope`` is ``none+rerope``).
+PLAIN = METHODS["none"]

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 from ctxbench.errors import UserError, closest, unknown
 from ctxbench.methods.branches import Branch, far_keys, near_keys, plain_positions
 from ctxbench.methods.frequencies import numpy_namespace, torch_namespace
-from ctxbench.methods.params import Array, Param, format_value, show_value
-from ctxbench.methods.registry import ALIASES, BASELINES, METHODS, TWO_BRANCH, Method
+from ctxbench.methods.params import Array, Namespace, Param, Params, format_value, show_value
+from ctxbench.methods.registry import ALIASES, BASELINES, METHODS, PLAIN, TWO_BRANCH, Method
 from ctxbench.model.geometry import RopeGeometry
 
 
@@ -24,7 +26,7 @@ class MethodSetting:
     name: str
     freq: Method
     attention: Method | None
-    params: tuple[tuple[str, object], ...]  # sorted (key, value) pairs, hashable
+    params: tuple[tuple[str, Any], ...]  # sorted (key, value) pairs, hashable
     # a log-n family member (``logn``, ``ssmax``) a two-branch method also takes (``rerope+logn``)
     scaler: Method | None = None
     label: str = ""  # how tables, plots and rows name it; default: name(non-default params)
@@ -47,10 +49,11 @@ class MethodSetting:
 
     @property
     def logn(self) -> bool:
-        """A two-branch method that also scales queries by log-n (``rerope+logn``)."""
-        return self.scaler is not None and self.scaler.name == "logn"
+        """A two-branch method that also scales queries by log-n (``rerope+logn``): its stacked
+        scaler's entry says so (:attr:`Method.log_n`)."""
+        return self.scaler is not None and self.scaler.log_n
 
-    def defaults(self) -> dict:
+    def defaults(self) -> Params:
         return {k: v for m in self.parts for k, v in m.params.items()}
 
     def declarations(self) -> dict[str, Param]:
@@ -58,7 +61,7 @@ class MethodSetting:
         return {p.name: p for m in self.parts for p in m.declared}
 
     @property
-    def param_dict(self) -> dict:
+    def param_dict(self) -> Params:
         return dict(self.params)
 
     @property
@@ -112,17 +115,17 @@ class MethodSetting:
     def params_json(self) -> str:
         return json.dumps(self.param_dict, sort_keys=True)
 
-    def own_params(self, part: Method | None) -> dict:
+    def own_params(self, part: Method | None) -> Params:
         """The parameters one of its parts declares ({} for None)."""
         return {k: v for k, v in self.params if part is not None and k in part.params}
 
-    def freq_params(self) -> dict:
+    def freq_params(self) -> Params:
         return self.own_params(self.freq)
 
-    def attention_params(self) -> dict:
+    def attention_params(self) -> Params:
         return self.own_params(self.attention)
 
-    def scaler_params(self) -> dict:
+    def scaler_params(self) -> Params:
         """The parameters of :attr:`query_scaler` (``attn_scale``, ``floor_scale`` for ``ssmax``)."""
         return self.own_params(self.query_scaler)
 
@@ -136,7 +139,7 @@ class MethodSetting:
         return None
 
 
-def default_label(name: str, params, defaults: dict) -> str:
+def default_label(name: str, params: Iterable[tuple[str, Any]] | Params, defaults: Params) -> str:
     """``yarn(beta_fast=16)``: the name plus every parameter that differs from its default,
     sorted by key; the bare name when all are defaults."""
     changed = [(k, v) for k, v in sorted(dict(params).items()) if k not in defaults or _differs(v, defaults[k])]
@@ -145,13 +148,13 @@ def default_label(name: str, params, defaults: dict) -> str:
     return name + "(" + ",".join(f"{k}={format_value(v)}" for k, v in changed) + ")"
 
 
-def _differs(value, default) -> bool:
+def _differs(value: Any, default: Any) -> bool:
     if default is None or value is None:
         return value is not default
     try:
         return float(value) != float(default)
     except (TypeError, ValueError):
-        return value != default
+        return bool(value != default)
 
 
 def _canonical(name: str) -> str:
@@ -162,7 +165,7 @@ def _canonical(name: str) -> str:
     return name
 
 
-def resolve(spec: str, params: dict | None = None, label: str | None = None, *, runnable: bool = False) -> MethodSetting:
+def resolve(spec: str, params: Params | None = None, label: str | None = None, *, runnable: bool = False) -> MethodSetting:
     """``"ntk+logn"``, ``{"beta_fast": 16}`` -> a :class:`MethodSetting` with defaults filled in.
 
     The one place parameter values are checked, before any model loads: every given value
@@ -187,7 +190,7 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None, *, 
         attns = [a for a in attns if a != scaler.name]
     if len(freqs) > 1 or len(attns) > 1:
         raise UserError(f"cannot combine '{spec}'", combinations_hint())
-    freq = METHODS[freqs[0]] if freqs else METHODS["none"]
+    freq = METHODS[freqs[0]] if freqs else PLAIN
     attention = METHODS[attns[0]] if attns else None
     owner = {p.name: m.name for m in (freq, attention, scaler) if m is not None for p in m.declared}
     declared = {p.name: p for m in (freq, attention, scaler) if m is not None for p in m.declared}
@@ -203,14 +206,14 @@ def resolve(spec: str, params: dict | None = None, label: str | None = None, *, 
     merged.update({k: declared[k].check(v, owner[k]) for k, v in params.items()})
     _check_rules(declared, merged, owner, runnable)
     merged = {k: tuple(v) if isinstance(v, list) else v for k, v in merged.items()}
-    parts = [freq.name] if attention is None or freq.name != "none" else []
+    parts = [freq.name] if attention is None or freq is not PLAIN else []
     parts += [attention.name] if attention is not None else []
     parts += [scaler.name] if scaler is not None else []
     return MethodSetting(name="+".join(parts), freq=freq, attention=attention, params=tuple(sorted(merged.items())),
                          scaler=scaler, label=label or "")  # fmt: skip
 
 
-def _check_rules(declared: dict[str, Param], values: dict, owner: dict[str, str], runnable: bool) -> None:
+def _check_rules(declared: dict[str, Param], values: Params, owner: dict[str, str], runnable: bool) -> None:
     """What no single value shows: a required parameter left out, ``beta <= alpha``."""
     for p in declared.values():
         if runnable and p.required and values[p.name] is None:
@@ -240,7 +243,7 @@ def combinations_hint() -> str:
     )
 
 
-def effective_params(setting: MethodSetting, geom: RopeGeometry, factor: float) -> dict:
+def effective_params(setting: MethodSetting, geom: RopeGeometry, factor: float) -> Params:
     """Every parameter the method uses, after defaults: each part's own, then what its entry derives
     from the model and factor (:attr:`Method.derive`: ``window = L/4``, ``k``, ``G``, native's config)."""
     check_applicable(setting, geom)
@@ -252,7 +255,7 @@ def effective_params(setting: MethodSetting, geom: RopeGeometry, factor: float) 
 
 
 def frequencies(
-    setting: MethodSetting, geom: RopeGeometry, factor: float, seq_len: int, xp=None
+    setting: MethodSetting, geom: RopeGeometry, factor: float, seq_len: int, xp: Namespace = None
 ) -> tuple[Array, float]:
     """``(inv_freq, attention_scale)`` of a resolved method for a sequence of ``seq_len`` tokens.
 
@@ -267,21 +270,23 @@ def frequencies(
             f"model type '{geom.model_type}' has no rotary position embedding (RoPE; it uses {geom.position} positions), "
             "so it has no rotary frequencies", "run its baselines with --method none or native",
         )
-    inv_freq, scale = setting.freq.fn(geom, float(factor), int(seq_len), xp=xp, **setting.freq_params())
+    fn = setting.freq.fn
+    assert fn is not None  # every frequency method's entry has its function (only attention-level ones have none)
+    inv_freq, scale = fn(geom, float(factor), int(seq_len), xp=xp, **setting.freq_params())
     return xp.astype(inv_freq, xp.float32), float(scale)
 
 
-def query_scale(setting: MethodSetting, geom: RopeGeometry, positions: Array, xp=None) -> Array:
+def query_scale(setting: MethodSetting, geom: RopeGeometry, positions: Array, xp: Namespace = None) -> Array:
     """The factor multiplying the query at each 0-based position (float32): its log-n family
     member's (``logn``, ``ssmax``; :attr:`MethodSetting.query_scaler`), or 1 where it has none."""
     xp = xp or torch_namespace()
     scaler = setting.query_scaler
-    if scaler is None:
+    if scaler is None or scaler.query_scale is None:  # (a query scaler has its query scale)
         return xp.ones_like(xp.astype(positions, xp.float32))
     return scaler.query_scale(positions, geom.trained_len, xp=xp, **setting.scaler_params())
 
 
-def attention_branches(setting: MethodSetting, params: dict, xp=None) -> tuple[Branch, ...]:
+def attention_branches(setting: MethodSetting, params: Params, xp: Namespace = None) -> tuple[Branch, ...]:
     """The parts each query's keys fall into under the attention-level method of ``setting``, with
     ``params`` from :func:`effective_params`: a two-branch method's near band (``i - w < j <= i``, plain
     RoPE) and far keys (``j <= i - w``, its entry's :attr:`Method.far`), or the entry's own
@@ -302,40 +307,43 @@ def attention_branches(setting: MethodSetting, params: dict, xp=None) -> tuple[B
     return ()
 
 
-def _own_params(part: Method, params: dict) -> dict:
+def _own_params(part: Method, params: Params) -> Params:
     """The entries of ``params`` (from :func:`effective_params`) that the method ``part`` declares."""
     return {k: params[k] for k in part.params}
 
 
-def head_ratios(setting: MethodSetting, params: dict, num_heads: int, xp=None) -> Array:
+def head_ratios(setting: MethodSetting, params: Params, num_heads: int, xp: Namespace = None) -> Array:
     """The (h,) float32 ratios a per-head method (:attr:`Method.head_ratios`) divides positions by,
     with ``params`` from :func:`effective_params`."""
     xp = xp or torch_namespace()
     part = setting.attention
+    assert part is not None and part.head_ratios is not None  # called for a per-head method only
     return part.head_ratios(num_heads, xp=xp, **_own_params(part, params))
 
 
-def order_heads(setting: MethodSetting, params: dict, probs: Array, xp=None) -> Array:
+def order_heads(setting: MethodSetting, params: Params, probs: Array, xp: Namespace = None) -> Array:
     """The (b, h) index of the ratio each head takes (:attr:`Method.order_heads`), from ``probs``
     (b, h, n): each head's position-free attention of the input's last query over its keys."""
     xp = xp or torch_namespace()
     part = setting.attention
+    assert part is not None and part.order_heads is not None  # called for a per-head method only
     return part.order_heads(probs, xp=xp, **_own_params(part, params))
 
 
-def key_ratios(setting: MethodSetting, params: dict, ratios: Array, kv_heads: int, xp=None) -> Array:
+def key_ratios(setting: MethodSetting, params: Params, ratios: Array, kv_heads: int, xp: Namespace = None) -> Array:
     """The ratios a per-head method rotates keys with, from the (b, h) ratios of the query heads
     (:attr:`Method.key_ratios`): (b, kv_heads) when each key head takes one ratio, (b, h) when each
     query head reads its own copy of its group's key head; the query heads' own when the entry says
     nothing."""
     xp = xp or torch_namespace()
     part = setting.attention
+    assert part is not None  # called for a per-head method only
     if part.key_ratios is None:
         return ratios
     return part.key_ratios(ratios, kv_heads, xp=xp, **_own_params(part, params))
 
 
-def method_layers(setting: MethodSetting, params: dict, num_layers: int) -> range | None:
+def method_layers(setting: MethodSetting, params: Params, num_layers: int) -> range | None:
     """The layer indices its attention method runs on (:attr:`Method.layers`), the others keeping
     plain RoPE; None when it runs on every layer."""
     part = setting.attention
@@ -380,8 +388,8 @@ def check_applicable(setting: MethodSetting, geom: RopeGeometry, seq_len: int | 
 
 
 def check_derived(
-    setting: MethodSetting, geom: RopeGeometry, factor: float | None, lengths=(), num_layers: int | None = None
-) -> dict:
+    setting: MethodSetting, geom: RopeGeometry, factor: float | None, lengths: Iterable[int] = (), num_layers: int | None = None
+) -> Params:
     """Every parameter ``setting`` uses on this model at ``factor`` (:func:`effective_params`), once
     the numbers it computes from them are shown to be sensible; else one :class:`UserError`.
 
@@ -433,13 +441,15 @@ def _derived_problem(setting: MethodSetting, geom: RopeGeometry, factor: float, 
     dynamic = setting.dynamic_for(geom)
     with np.errstate(all="ignore"):  # an overflow is a finding here, not a warning on stderr
         try:
-            plain = np.asarray(METHODS["none"].fn(geom, 1.0, geom.trained_len, xp=xp)[0], dtype=np.float32)
+            plain_fn, fn = METHODS["none"].fn, setting.freq.fn
+            assert plain_fn is not None and fn is not None  # every frequency method's entry has its function
+            plain = np.asarray(plain_fn(geom, 1.0, geom.trained_len, xp=xp)[0], dtype=np.float32)
             if not (np.isfinite(plain).all() and (plain > 0).all()):  # the model's own: every method starts there
                 return (f"cannot be computed in float32: the rope base b = {geom.base:g} leaves pairs at frequency 0 "
                         "(float32 ends at 3.4e38)")  # fmt: skip
             if _reads_input(setting.freq):
                 for n in lengths if dynamic else lengths[:1]:
-                    inv_freq, scale = setting.freq.fn(geom, factor, n, xp=xp, **setting.freq_params())
+                    inv_freq, scale = fn(geom, factor, n, xp=xp, **setting.freq_params())
                     inv_freq = np.asarray(inv_freq, dtype=np.float32)
                     if not np.isfinite(inv_freq).all():
                         return "gives inverse frequencies that are not finite (inf or NaN)"
@@ -462,7 +472,7 @@ def _derived_problem(setting: MethodSetting, geom: RopeGeometry, factor: float, 
     return None
 
 
-def _with(setting: MethodSetting, name: str, value) -> MethodSetting:
+def _with(setting: MethodSetting, name: str, value: object) -> MethodSetting:
     return replace(setting, params=tuple(sorted({**setting.param_dict, name: value}.items())), label=setting.label)
 
 
@@ -476,17 +486,17 @@ def _blame(setting: MethodSetting, geom: RopeGeometry, factor: float, lengths: l
 
     model = f"d = {geom.rotary_dim}, b = {geom.base:g}, L = {geom.trained_len:,}"
     declared = setting.declarations()
-    candidates = []
+    candidates: list[tuple[str, float, float, Param | None]] = []
     if setting.uses_factor and factor != DEFAULT_FACTOR:
         candidates.append(("factor", factor, float(DEFAULT_FACTOR), None))
     for name, value in setting.params:
-        p = declared[name]
-        good = p.default if p.default is not None else p.example
-        if p.kind in ("float", "int", "length") and value is not None and good is not None and not isinstance(good, str):
+        param = declared[name]
+        good = param.default if param.default is not None else param.example
+        if param.kind in ("float", "int", "length") and value is not None and good is not None and not isinstance(good, str):
             if float(value) != float(good):
-                candidates.append((name, float(value), float(good), p))
+                candidates.append((name, float(value), float(good), param))
     for name, bad, good, p in candidates:
-        def works(x, name=name, p=p) -> bool:
+        def works(x: float, name: str = name, p: Param | None = p) -> bool:
             x = round(x) if p is not None and p.kind != "float" else x
             if name == "factor":
                 return _derived_problem(setting, geom, x, lengths) is None
@@ -498,7 +508,7 @@ def _blame(setting: MethodSetting, geom: RopeGeometry, factor: float, lengths: l
         edge = round(edge) if p is not None and p.kind != "float" else edge
         works_where = f"up to about {edge:.4g}" if bad > good else f"from about {edge:.4g} up"
         shown = format_value(good if p is None else p.check(good, setting.label))
-        if name == "factor":  # the largest power of two that works reads better than the default
+        if p is None:  # the factor (the one candidate without a declaration): the largest power of two that works reads better than the default
             nice = 2.0 ** math.floor(math.log2(edge * (1 + 1e-9))) if bad > good else good
             shown = format_value(nice if works(nice) else good)
             return UserError(f"factor {factor:g} {problem}, for method '{setting.name}' on this model ({model})",
@@ -511,7 +521,7 @@ def _blame(setting: MethodSetting, geom: RopeGeometry, factor: float, lengths: l
                      "or the values given for them), or pick another method")  # fmt: skip
 
 
-def _edge(works, good: float, bad: float, steps: int = 60) -> float:
+def _edge(works: Callable[[float], bool], good: float, bad: float, steps: int = 60) -> float:
     """The value nearest ``bad`` that still ``works``, between ``good`` (works) and ``bad`` (does not):
     bisection in log space when both are > 0, else linear."""
     log = good > 0 and bad > 0

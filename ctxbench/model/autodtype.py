@@ -92,7 +92,7 @@ def parity_of(path: str | os.PathLike, model: str = "smollm2-135m") -> Parity:
             if r.get("status") != "ok" or r.get("dtype") not in ("float32", "bfloat16"):
                 continue
             cell = tuple(r.get(c, "") for c in ("task", "label", "factor", "length", "stride", "depth", "variant", "options"))
-            if r["task"] == "ppl" and r["metric"] == "ppl" and r["doc"] == "all":
+            if r["metric"] == "ppl" and r["doc"] == "all":  # a perplexity cell, over all its documents
                 ppl[cell][r["dtype"]] = float(r["value"])
             elif r.get("answer", "") != "" and r.get("trial", "").isdigit():
                 answers[(*cell, r["trial"], r["metric"])][r["dtype"]] = (r["value"], answer_line(r["answer"]), r["answer"])

@@ -177,10 +177,6 @@ class Plan:
             done = s
         return [n for n in out if n]
 
-    def fed_tokens(self, prompts: Sequence[Sequence[int]]) -> int:
-        """Tokens through the model before decoding."""
-        return sum(self.pieces(prompts))
-
 
 def plan(prompts: Sequence[Sequence[int]], share: bool = True) -> Plan:
     """Which tokens go through the model (see the module docstring); ``share=False``: nothing is

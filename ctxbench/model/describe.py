@@ -13,14 +13,18 @@ when it is not there yet, this loads the model once to write it, and never again
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ctxbench.errors import UserError
+
+if TYPE_CHECKING:
+    from ctxbench.model.geometry import RopeGeometry
 
 
 @dataclass(frozen=True)
 class ModelDescription:
     tokenizer: object
-    geometry: object  # ctxbench.model.geometry.RopeGeometry
+    geometry: RopeGeometry
     name: str
     digest: str
     checkpoint: str  # what an engine loads: a folder or a hub id
@@ -45,15 +49,15 @@ def describe(spec: str, trust_remote_code: bool = False) -> ModelDescription:
 
     from ctxbench.model.files import check_model, dir_digest, file_digest, load_config
     from ctxbench.model.geometry import RopeGeometry
-    from ctxbench.model.load import _dequantised, _verified_model, load
+    from ctxbench.model.load import dequantised_path, load, verified_model
 
     kind, path, gguf = check_model(spec)  # damaged files: one clear line
     if gguf:
-        cached = _dequantised(path / gguf, torch.float32)
+        cached = dequantised_path(path / gguf, torch.float32)
         if cached is None:
             raise UserError(f"an engine cannot read the GGUF model '{spec}' and its dequantised cache is turned off (CTXBENCH_NO_MODEL_CACHE)",
                             "unset CTXBENCH_NO_MODEL_CACHE, so ctxbench writes the checkpoint the engine loads")  # fmt: skip
-        if not _verified_model(cached):  # the first time only: the transformers loader writes it
+        if not verified_model(cached):  # the first time only: the transformers loader writes it
             load(spec, device="cpu", dtype="float32", trust_remote_code=trust_remote_code, attn="sdpa")
         source, digest = str(cached), file_digest(path / gguf)
     else:

@@ -42,7 +42,7 @@ def _smollm2_path() -> Path:
 ALIASES = {"smollm2-135m": _smollm2_path, "smollm2": _smollm2_path}
 
 
-def _file_key(path: Path) -> str:
+def file_key(path: Path) -> str:
     stat = path.stat()
     return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
 
@@ -83,7 +83,7 @@ def file_digest(path: Path) -> str:
     def compute() -> str:
         return "sha256:" + file_sha256(path)[:16]
 
-    return DIGESTS.lookup(_file_key(path), compute)
+    return DIGESTS.lookup(file_key(path), compute)
 
 
 def load_geometry(spec: str, trust_remote_code: bool = False) -> RopeGeometry:
@@ -96,7 +96,7 @@ def load_geometry(spec: str, trust_remote_code: bool = False) -> RopeGeometry:
     if kind == "hub":
         return RopeGeometry.from_config(load_config(spec, trust_remote_code))
     source = path / gguf if gguf else path / "config.json"
-    fields = GEOMETRY.lookup(_file_key(source), lambda: _read_facts(spec, source, trust_remote_code)[0])
+    fields = GEOMETRY.lookup(file_key(source), lambda: _read_facts(spec, source, trust_remote_code)[0])
     return RopeGeometry(**fields)
 
 
@@ -105,7 +105,7 @@ def _read_facts(spec: str, source: Path, trust_remote_code: bool) -> tuple[dict,
     a GGUF file's config is ~13 s to read, and a plan that needs one of them soon needs the other."""
     config = load_config(spec, trust_remote_code)
     counts = {"layers": layers_of(config) or 0, "heads": heads_of(config) or 0}
-    key = _file_key(source)
+    key = file_key(source)
     COUNTS.lookup(key, lambda: counts)
     geometry = GEOMETRY.lookup(key, lambda: dataclasses.asdict(RopeGeometry.from_config(config)))
     return geometry, counts
@@ -125,7 +125,7 @@ def load_counts(spec: str, trust_remote_code: bool = False) -> tuple[int | None,
     if kind == "hub":
         config = load_config(spec, trust_remote_code)
         return layers_of(config), heads_of(config)
-    counts = COUNTS.lookup(_file_key(path / gguf), lambda: _read_facts(spec, path / gguf, trust_remote_code)[1])
+    counts = COUNTS.lookup(file_key(path / gguf), lambda: _read_facts(spec, path / gguf, trust_remote_code)[1])
     return counts["layers"] or None, counts["heads"] or None
 
 
@@ -334,7 +334,7 @@ def load_config(spec: str, trust_remote_code: bool = False):
         return AutoConfig.from_pretrained(str(path) if path else spec, trust_remote_code=trust_remote_code,
                                           local_files_only=kind == "hub" and hub_offline())  # fmt: skip
     except OSError as exc:
-        raise _hub_error(spec, exc) from None
+        raise hub_error(spec, exc) from None
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise UserError(f"model '{spec}' needs its own code from the hub", "pass --trust-remote-code if you trust it") from None
@@ -362,7 +362,7 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
 
 
-def _hub_error(spec: str, exc: Exception) -> UserError:
+def hub_error(spec: str, exc: Exception) -> UserError:
     if hub_offline():
         return UserError(
             f"model '{spec}' is not in the local hub cache and HF_HUB_OFFLINE is set",
@@ -448,3 +448,18 @@ def check_gguf(file: Path) -> None:
         buf.close()
     if data_start + need > size:
         raise bad(f"is truncated: its tensors need {data_start + need:,} bytes but it has {size:,}")
+
+
+def config_source(model: str) -> str | None:
+    """Where ``model``'s config can be read without the network: the path itself for a local model or
+    alias, the cached snapshot folder for a hub id already downloaded, else None."""
+    kind, _, _ = locate(model)
+    if kind != "hub":
+        return model
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except Exception:  # noqa: BLE001  a hub id the cache cannot even name: the load will say what is wrong
+        return None
+    return str(Path(cached).parent) if isinstance(cached, str) else None

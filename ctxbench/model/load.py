@@ -16,16 +16,17 @@ from pathlib import Path
 
 import torch
 
+from ctxbench.defaults import DEFAULT_ATTN, DEFAULT_DEVICE, DEFAULT_DTYPE
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, Schema, cache_root, discard, ignored, seal_dir, verify_dir
 from ctxbench.model.files import (  # noqa: F401  (re-exported: the public names of model loading)
     ALIASES,
     DEFAULT_MODEL,
-    _hub_error,
     check_gguf,
     check_model,
     dir_digest,
     file_digest,
+    hub_error,
     load_config,
     load_geometry,
     locate,
@@ -47,7 +48,6 @@ class LoadedModel:
     # a transformers checkpoint of these weights another loader (vLLM) can read: the folder, the hub
     # id, or a GGUF model's dequantised cache; None for a GGUF model with the cache turned off
     checkpoint: str | None = None
-    backend: str = "hf"
     dtype_note: str = ""  # with --dtype auto: why this dtype (ctxbench.model.autodtype)
 
     @property
@@ -80,10 +80,10 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 
 def load(
     spec: str = DEFAULT_MODEL,
-    device: str = "auto",
-    dtype: str = "auto",
+    device: str = DEFAULT_DEVICE,
+    dtype: str = DEFAULT_DTYPE,
     trust_remote_code: bool = False,
-    attn: str | None = "sdpa",
+    attn: str | None = DEFAULT_ATTN,
     device_map: str | None = None,
     quantization: str | None = None,
 ) -> LoadedModel:
@@ -109,8 +109,8 @@ def _load(spec: str, kind: str, path: Path | None, gguf: str | None, device: str
         torch_dtype, probe = (DTYPES[pick], False) if pick else (torch.float32, True)
     elif dtype == "auto":
         dtype_note = f"auto: {str(torch_dtype).replace('torch.', '')} on {dev}"
-    cached = _dequantised(path / gguf, torch_dtype) if gguf else None
-    reuse = cached is not None and _verified_model(cached)
+    cached = dequantised_path(path / gguf, torch_dtype) if gguf else None
+    reuse = cached is not None and verified_model(cached)
     config = load_config(str(cached) if reuse else spec, trust_remote_code)
     geometry = RopeGeometry.from_config(config)
     source = str(path) if path else spec
@@ -136,7 +136,7 @@ def _load(spec: str, kind: str, path: Path | None, gguf: str | None, device: str
             model, info = _local_errors(kind, spec, "weights", lambda: AutoModelForCausalLM.from_pretrained(
                 source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs))  # fmt: skip
     except OSError as exc:
-        raise _hub_error(spec, exc) from None
+        raise hub_error(spec, exc) from None
     _check_loading_info(spec, info)
     if not device_map:
         model.to(dev)
@@ -221,7 +221,7 @@ def _local_errors(kind: str, spec: str, part: str, load):
 MODEL_SCHEMA = Schema("dequantised model", 2)
 
 
-def _dequantised(gguf_path: Path, dtype: torch.dtype) -> Path | None:
+def dequantised_path(gguf_path: Path, dtype: torch.dtype) -> Path | None:
     """Where the dequantised weights of a GGUF file are kept, keyed by its digest and dtype.
 
     Dequantising SmolLM2's GGUF takes ~20 s on 2 cores; loading the saved safetensors ~2 s (and
@@ -253,7 +253,7 @@ def _checkpoint_problem(target: Path) -> str | None:
     return None
 
 
-def _verified_model(target: Path) -> bool:
+def verified_model(target: Path) -> bool:
     """Whether the dequantised entry at ``target`` can be loaded: absent is False, silently; a bad
     one (no manifest, an older version, a missing, truncated or altered file) is noted, removed,
     and False, so the GGUF file is dequantised again and the entry rebuilt."""

@@ -102,7 +102,7 @@ def decoder_layers(model) -> list:
     return []
 
 
-def time_forwards(model, lengths: tuple[int, ...], steps: int):
+def time_forwards(model: torch.nn.Module, lengths: tuple[int, ...], steps: int) -> list[tuple[int, float, float]]:
     """Per length ``n``: ``(n, seconds of a forward of n tokens, seconds of steps decoding steps on its
     cache)``. An untimed forward of the longest shape goes first (the first call pays for page faults
     and kernel selection, and a smaller shape then reuses its memory), and one untimed step before

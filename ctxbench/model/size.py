@@ -9,7 +9,7 @@ from dataclasses import asdict, astuple, dataclass, replace
 
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, dataclass_fields, positive_number
-from ctxbench.model.files import ALIASES, _file_key, hub_offline, load_config, locate
+from ctxbench.model.files import ALIASES, file_key, hub_offline, load_config, locate
 
 # Families whose MLP is two matrices (up, down) rather than three (gate, up, down).
 NOT_GATED = ("gpt2", "gpt_neox", "gpt_neo", "gptj", "bloom", "opt", "falcon", "mpt", "codegen", "phi")
@@ -149,7 +149,7 @@ def model_size(spec: str, trust_remote_code: bool = False) -> ModelSize:
                 raise OSError("offline")  # no config to fetch: the name's size, without importing transformers
             return ModelSize.from_config(load_config(spec, trust_remote_code), spec)
         source = path / gguf if gguf else path / "config.json"
-        fields = SIZES.lookup(_file_key(source), lambda: asdict(ModelSize.from_config(load_config(spec, trust_remote_code), spec)))
+        fields = SIZES.lookup(file_key(source), lambda: asdict(ModelSize.from_config(load_config(spec, trust_remote_code), spec)))
         return ModelSize(**fields)
     except (UserError, OSError, ValueError, TypeError, AttributeError):
         return ModelSize.from_name(spec) or assumed_size(spec)

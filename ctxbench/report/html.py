@@ -23,6 +23,7 @@ import math
 import os
 from importlib import resources
 
+from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.errors import UserError
 from ctxbench.outfiles import replace_atomically
 from ctxbench.textsafe import html_text
@@ -203,7 +204,7 @@ def _command(task, rows: list[dict], path: str) -> str | None:
                 args += [option.cli_flag, str(v)]
         else:
             args += [option.cli_flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
-    backend = (r.get("backend") or "hf").split(" ")[0]
+    backend = (r.get("backend") or DEFAULT_BACKEND).split(" ")[0]
     args += ["--seed", r.get("seed") or "0", "--dtype", r.get("dtype") or "auto", "--device", r.get("device") or "auto",
              "--backend", backend, "--out", path]  # fmt: skip
     return shlex.join(args)
@@ -225,7 +226,7 @@ def provenance(records_by_file: list[tuple[str, list[dict]]], tasks: dict) -> li
         out.append(dict(
             file=path, run_id=run, task=task, label=label, method=r["method"], model=r["model"], model_digest=each("model_digest"),
             dataset=each("dataset"), data_digest=each("data_digest"), ctxbench_version=each("ctxbench_version"),
-            torch_version=each("torch_version"), transformers_version=each("transformers_version"), backend=each("backend") or ["hf"],
+            torch_version=each("torch_version"), transformers_version=each("transformers_version"), backend=each("backend") or [DEFAULT_BACKEND],
             dtype=each("dtype"), device=each("device"), method_params=each("method_params"), options=each("options"), seed=each("seed"),
             time=[min(each("time"), default=""), max(each("time"), default="")], rows=len(rows),
             attention_kernel=sorted({str(_json_obj(x.get("extra", "")).get("attention_kernel", "")) for x in rows} - {""}),
@@ -311,7 +312,7 @@ def comparison(base: str, new: str, base_records: list[dict], new_records: list[
                  new_text=show(c.new, c.new_ci, c.key["metric"], c.new_all_pass)) for c in changes]  # fmt: skip
     rows.sort(key=lambda x: _ORDER.get(x["status"], 9))
     out = dict(base=base, new=new, mode="compare", changes=rows, notes=notes, parity=None)
-    backends = ({r.get("backend") or "hf" for r in base_records}, {r.get("backend") or "hf" for r in new_records})
+    backends = ({r.get("backend") or DEFAULT_BACKEND for r in base_records}, {r.get("backend") or DEFAULT_BACKEND for r in new_records})
     if backends[0].isdisjoint(backends[1]):
         from ctxbench.report import parity
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.errors import UserError
 from ctxbench.results.identity import VIEW, table_view_key
 from ctxbench.results.store import load_results
@@ -91,7 +92,7 @@ def _cells(records: list[dict], tasks) -> dict:
         if r.get("status", "ok") != "ok":
             continue
         key, dtype = _key(r, tasks)
-        cell = out.setdefault(key, {}).setdefault(dtype, {"backend": r.get("backend") or "hf", "dtype": dtype, "agg": {}, "trials": {},
+        cell = out.setdefault(key, {}).setdefault(dtype, {"backend": r.get("backend") or DEFAULT_BACKEND, "dtype": dtype, "agg": {}, "trials": {},
                                                            "bad": []})  # fmt: skip
         trial, doc, metric = str(r.get("trial", "")), r.get("doc", ""), r["metric"]
         is_trial = trial.isdigit() and metric in ("correct", "score")
@@ -263,12 +264,14 @@ def to_markdown(pairs: list[Pair], notes: list[str]) -> str:
     for p in pairs:
         if p.verdict == "unpaired":
             continue
-        lines.append(f"| {p.task} | {p.label} | {p.factor or '-'} | {p.length} | {p.depth or '-'} | {p.metric} | {_num(p.a, p.metric)} | {_num(p.b, p.metric)} | "
+        lines.append(f"| {p.task} | {p.label} | {p.factor or '-'} | {p.length} | {p.depth or '-'} | {p.metric} | {value_text(p.a, p.metric)} | {value_text(p.b, p.metric)} | "
                      f"{p.verdict} | {p.detail} |")  # fmt: skip
     return "\n".join(lines + ([""] + [f"note: {n}" for n in notes] if notes else []) + [""])
 
 
-def _num(x: float | None, metric: str) -> str:
+def value_text(x: float | None, metric: str) -> str:
+    """A cell's value as the parity table shows it: a percentage for accuracy, 4 significant digits
+    otherwise, ``-`` where the cell has none."""
     if x is None:
         return "-"
     return f"{x:.0%}" if metric == "accuracy" else f"{x:.4g}"

@@ -28,9 +28,11 @@ interval rows come as a pair, and every trial or document its ``trials``/``docs`
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any
 
+from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.errors import UserError
 from ctxbench.methods import METHODS, default_label, resolve
 from ctxbench.tasks import registry
@@ -38,6 +40,14 @@ from ctxbench.tasks.base import (
     extra_of,  # noqa: F401  (the row format; imported from here too)
     headline_of,
 )
+
+if TYPE_CHECKING:
+    from ctxbench.tasks.base import Task
+
+# One row as a file holds it: column -> value (text, as read; any value, as a task built it).
+Record = dict[str, Any]
+# What groups rows into cells: cell_key, view_key or table_view_key.
+KeyFn = Callable[[Record], tuple[str, ...]]
 
 # Columns whose values identify a cell.
 IDENTITY = [
@@ -51,7 +61,7 @@ WITHIN = ["trial", "doc", "metric", "pos_start"]
 
 
 @lru_cache(maxsize=1 << 16, typed=True)  # a file repeats few distinct values: keys of 100k rows in seconds, not a minute
-def _norm(value) -> str:
+def _norm(value: object) -> str:
     """Numbers so that '2', '2.0' and 2.0 compare equal; JSON objects with sorted keys."""
     text = "" if value is None else (repr(value) if isinstance(value, float) else str(value))
     if text[:1] in ("{", "["):
@@ -76,7 +86,7 @@ def uses_factor(method: str) -> bool:
         return True
 
 
-def normalise(record: dict) -> dict:
+def normalise(record: Record) -> Record:
     """A row as this release writes it, from any earlier one (done once, when a file is read, so
     every key function reads plain columns): the label derived from the method and its parameters,
     an empty factor for a method that ignores it (older files wrote one), ``{}`` for empty options,
@@ -88,7 +98,7 @@ def normalise(record: dict) -> dict:
     if record.get("options", "") == "":
         record["options"] = "{}"
     if record.get("backend", "") == "":  # written before engine backends: transformers ran it
-        record["backend"] = "hf"
+        record["backend"] = DEFAULT_BACKEND
     if record.get("pos_start", "") == "" and record.get("metric") in ("nll_pos", "nll_beyond_L"):
         pos = extra_of(record).get("pos")
         if isinstance(pos, list) and pos:
@@ -98,35 +108,35 @@ def normalise(record: dict) -> dict:
     return record
 
 
-def field(record: dict, column: str) -> str:
+def field(record: Record, column: str) -> str:
     """One identity column of a record, normalised as keys compare it (numbers, JSON; an empty
     ``backend`` is ``hf``, as :func:`normalise` reads it)."""
     value = _norm(record.get(column, ""))
-    return "hf" if column == "backend" and value == "" else value
+    return DEFAULT_BACKEND if column == "backend" and value == "" else value
 
 
-def _within(record: dict) -> tuple[str, ...]:
+def _within(record: Record) -> tuple[str, ...]:
     """A row's place in its cell."""
     return tuple(_norm(record.get(c, "")) for c in WITHIN)
 
 
-def unit_key(record: dict) -> tuple[str, ...]:
+def unit_key(record: Record) -> tuple[str, ...]:
     """One unit of a cell across its depths (depth, trial, document, metric, position): where a
     cell run twice holds the same value twice, and the later row stands for it."""
     return (_norm(record.get("depth", "")), *_within(record))
 
 
-def cell_key(record: dict) -> tuple[str, ...]:
+def cell_key(record: Record) -> tuple[str, ...]:
     """The full identity of the cell ``record`` belongs to (digests included)."""
     return tuple(field(record, c) for c in IDENTITY)
 
 
-def view_key(record: dict) -> tuple[str, ...]:
+def view_key(record: Record) -> tuple[str, ...]:
     """The identity across machines (model and dataset names instead of digests)."""
     return tuple(field(record, c) for c in VIEW)
 
 
-def table_view_key(record: dict, tasks: dict | None = None) -> tuple[str, ...]:
+def table_view_key(record: Record, tasks: dict[str, Task] | None = None) -> tuple[str, ...]:
     """:func:`view_key` with the options that only add rows left out (as :func:`setting_of` does),
     so a cell run with ``--metrics answer_nll`` meets the same cell run without it."""
     key = view_key(record)
@@ -134,16 +144,16 @@ def table_view_key(record: dict, tasks: dict | None = None) -> tuple[str, ...]:
     return (*key[:at], _table_options(key[at], _adds_rows(record.get("task", ""), tasks)), *key[at + 1 :])
 
 
-def row_key(record: dict) -> tuple[str, ...]:
+def row_key(record: Record) -> tuple[str, ...]:
     """One value inside a cell."""
     return (*cell_key(record), *(_norm(record.get(c, "")) for c in WITHIN))
 
 
-def options_json(options: dict) -> str:
+def options_json(options: dict[str, Any]) -> str:
     return json.dumps(options, sort_keys=True)
 
 
-def legacy_options(record: dict, tasks: dict | None) -> str:
+def legacy_options(record: Record, tasks: dict[str, Task] | None) -> str:
     """The ``options`` of a row written before the column existed: what its task used then."""
     task = (tasks or {}).get(record.get("task", ""))
     if task is None:
@@ -152,11 +162,11 @@ def legacy_options(record: dict, tasks: dict | None) -> str:
     return options_json(options)
 
 
-def complete_options(record: dict, tasks: dict | None, seen: dict) -> str:
+def complete_options(record: Record, tasks: dict[str, Task] | None, seen: dict[str, dict[str, Any] | None]) -> str:
     """The ``options`` of a row written before one of its task's identity options existed (an
     option added in a later release): the missing ones take what that run used, the task's
     ``legacy_options``, so a cell keeps its key across releases. ``seen`` caches parsed JSON."""
-    text = record.get("options", "")
+    text: str = record.get("options", "")
     task = (tasks or {}).get(record.get("task", ""))
     if task is None or text == "":
         return text
@@ -184,7 +194,7 @@ SETTING = ("dataset", "data_digest", "model_digest", "stride", "options", "dtype
 ADDS_ROWS_FALLBACK = frozenset({"metrics"})
 
 
-def setting_of(record: dict, tasks: dict | None = None) -> tuple[tuple[str, str], ...]:
+def setting_of(record: Record, tasks: dict[str, Task] | None = None) -> tuple[tuple[str, str], ...]:
     """``(column, value)`` for each :data:`SETTING` column of a record, normalised as keys compare
     them: a stride equal to the length (truncate mode) reads as empty, and the ``options`` leave
     out those that only add rows (:attr:`ctxbench.tasks.base.Option.adds_rows`: ``--metrics``),
@@ -201,7 +211,7 @@ def setting_of(record: dict, tasks: dict | None = None) -> tuple[tuple[str, str]
     return tuple(out)
 
 
-def paired_setting(record: dict, tasks: dict | None = None) -> tuple[tuple[tuple[str, str], ...], str]:
+def paired_setting(record: Record, tasks: dict[str, Task] | None = None) -> tuple[tuple[tuple[str, str], ...], str]:
     """(setting, side) of a record as the paired comparisons group it: :func:`setting_of` with the
     options its task compares side by side (:attr:`ctxbench.tasks.base.Option.label`: the prompt
     mode) taken out of the setting and into ``side``, their text (``chat``; "" when the task has
@@ -229,7 +239,7 @@ def paired_setting(record: dict, tasks: dict | None = None) -> tuple[tuple[tuple
     return tuple(out), " ".join(side)
 
 
-def _adds_rows(task_name: str, tasks: dict | None) -> frozenset[str]:
+def _adds_rows(task_name: str, tasks: dict[str, Task] | None) -> frozenset[str]:
     task = (tasks or {}).get(task_name)
     if task is None:
         return ADDS_ROWS_FALLBACK
@@ -249,11 +259,11 @@ def _table_options(text: str, drop: frozenset[str]) -> str:
     return json.dumps({k: v for k, v in options.items() if k not in drop}, sort_keys=True)
 
 
-def _is_aggregate(record: dict) -> bool:
+def _is_aggregate(record: Record) -> bool:
     return record.get("doc", "") in ("", "all") and record.get("trial", "") in ("", "all")
 
 
-def whole(rows: list[dict], headline: str) -> bool:
+def whole(rows: list[Record], headline: str) -> bool:
     """Whether one cell's rows (all ``ok``) are every row it was written with.
 
     New rows carry ``extra.cell_rows``; older ones are judged by structure: the headline
@@ -285,20 +295,20 @@ def whole(rows: list[dict], headline: str) -> bool:
     return True
 
 
-def cells_of(records: Iterable[dict], key=cell_key) -> dict[tuple[str, ...], list[dict]]:
+def cells_of(records: Iterable[Record], key: KeyFn = cell_key) -> dict[tuple[str, ...], list[Record]]:
     """Records grouped by cell, in file order."""
-    out: dict[tuple[str, ...], list[dict]] = {}
+    out: dict[tuple[str, ...], list[Record]] = {}
     for r in records:
         out.setdefault(key(r), []).append(r)
     return out
 
 
-def headline(task_name: str, tasks: dict | None) -> str:
+def headline(task_name: str, tasks: dict[str, Task] | None) -> str:
 
     return headline_of(task_name, tasks)[0]
 
 
-def finished(records: Iterable[dict], tasks: dict | None = None, key=cell_key) -> dict[tuple[str, ...], int]:
+def finished(records: Iterable[Record], tasks: dict[str, Task] | None = None, key: KeyFn = cell_key) -> dict[tuple[str, ...], int]:
     """The finished cells of ``records`` — every row ``ok`` and the cell whole — each with how many
     distinct numbered trials it holds (0 for a cell of documents or summary rows only)."""
     if tasks is None:
@@ -314,7 +324,7 @@ def finished(records: Iterable[dict], tasks: dict | None = None, key=cell_key) -
     return out
 
 
-def partial(records: Iterable[dict], tasks: dict | None = None, key=view_key) -> set[tuple[str, ...]]:
+def partial(records: Iterable[Record], tasks: dict[str, Task] | None = None, key: KeyFn = view_key) -> set[tuple[str, ...]]:
     """Cells (by ``key``) whose rows are all ``ok`` but not whole: never shown as if they were."""
     if tasks is None:
 
@@ -325,7 +335,7 @@ def partial(records: Iterable[dict], tasks: dict | None = None, key=view_key) ->
     }  # fmt: skip
 
 
-def drop_partial(records: list[dict], tasks: dict | None = None) -> tuple[list[dict], list[str]]:
+def drop_partial(records: list[Record], tasks: dict[str, Task] | None = None) -> tuple[list[Record], list[str]]:
     """The records of one file without its partial cells, and a description of each left out
     (``report`` and ``compare`` never present a partial cell as if it were whole)."""
     if tasks is None:

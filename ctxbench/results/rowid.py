@@ -14,13 +14,14 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from ctxbench.errors import UserError
 
 KEY_DIGITS = 12
 
 
-def key_of(record: dict) -> str:
+def key_of(record: dict[str, Any]) -> str:
     """The ``KEY`` of ``FILE@KEY``: a digest of the row's identity and place within its cell."""
     from ctxbench.results.identity import IDENTITY, WITHIN
 
@@ -28,7 +29,7 @@ def key_of(record: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:KEY_DIGITS]
 
 
-def row_id(path: str, record: dict) -> str:
+def row_id(path: str, record: dict[str, Any]) -> str:
     """The ``FILE@KEY`` id of ``record``, a row of ``path``."""
     return f"{path}@{key_of(record)}"
 

@@ -31,15 +31,18 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
+from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.errors import UserError
 from ctxbench.outfiles import temp_beside, write_error
 from ctxbench.parsing import check_name_lengths, expand_path, refuse_wide
 from ctxbench.results.identity import (
     IDENTITY,
     WITHIN,
+    Record,
     cell_key,
     complete_options,
     finished,
@@ -50,7 +53,13 @@ from ctxbench.results.identity import (
 from ctxbench.tasks import registry
 from ctxbench.textsafe import csv_escape, csv_unescape
 
-__all__ = ["COLUMNS", "CELL_KEY", "ROW_KEY", "Row", "ResultsFile", "cell_key", "row_key", "read_records", "write_records"]
+if TYPE_CHECKING:
+    from _csv import Reader
+
+    from ctxbench.tasks.base import Task
+
+__all__ = ["COLUMNS", "CELL_KEY", "ROW_KEY", "Row", "ResultsFile", "atomic_write", "cell_key", "header_bytes", "locked", "row_key", "read_records",
+           "serialize", "write_records"]
 
 COLUMNS = [
     "run_id", "time", "model", "model_digest", "dataset", "data_digest", "task", "method", "label",
@@ -103,13 +112,13 @@ class Row:
     extra: str = ""
     pos_start: int | str = ""  # first target position of a loss-by-position bucket
     pos_end: int | str = ""  # one past its last
-    backend: str = "hf"  # what ran it: hf (transformers), or an engine and its version ("vllm 0.32.0")
+    backend: str = DEFAULT_BACKEND  # what ran it: hf (transformers), or an engine and its version ("vllm 0.32.0")
 
     def as_strings(self) -> dict[str, str]:
         return as_strings(asdict(self))
 
 
-def as_strings(values: dict) -> dict[str, str]:
+def as_strings(values: dict[str, Any]) -> dict[str, str]:
     """Column values as the CSV holds them (what :func:`ctxbench.results.identity.cell_key` reads)."""
     return {k: _fmt(v) for k, v in values.items()}
 
@@ -117,18 +126,12 @@ def as_strings(values: dict) -> dict[str, str]:
 assert [f.name for f in fields(Row)] == COLUMNS
 
 
-def _fmt(value) -> str:
+def _fmt(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         return repr(value)  # shortest exact round-trip form
     return str(value)
-
-
-def trials_by_cell(records: Iterable[dict]) -> dict[tuple[str, ...], int]:
-    """The finished cells of ``records`` (every row ``ok``, the cell whole) and how many distinct
-    numbered trials each holds (0 for a cell of documents or summary rows only)."""
-    return finished(records)
 
 
 class ForeignFile(UserError):
@@ -175,7 +178,7 @@ def one_row_each(path: str | Path, records: list[dict[str, str]]) -> list[dict[s
     from ctxbench.parsing import short
     from ctxbench.tasks.base import cell_text
 
-    at: dict[tuple, int] = {}
+    at: dict[tuple[str, ...], int] = {}
     drop: set[int] = set()
     for i, r in enumerate(records):
         key = row_key(r)
@@ -185,7 +188,10 @@ def one_row_each(path: str | Path, records: list[dict[str, str]]) -> list[dict[s
             continue
         first = records[j]
         if (first.get("value"), first.get("status")) != (r.get("value"), r.get("status")) and r.get("metric") not in VOLATILE_METRICS:
-            shown = lambda x: f"{x.get('metric')} {short(x.get('value', ''), 24) or 'blank'}" + (f" ({x.get('status')})" if x.get("status") != "ok" else "")  # noqa: E731
+
+            def shown(x: dict[str, str]) -> str:
+                return f"{x.get('metric')} {short(x.get('value', ''), 24) or 'blank'}" + (f" ({x.get('status')})" if x.get("status") != "ok" else "")
+
             raise UserError(f"'{short(path)}': {cell_text(r)} is given twice with different values (data rows {j + 1} and {i + 1}: "
                             f"{shown(first)}, then {shown(r)}): a conflict, not a rerun",
                             "keep the rows of one run (delete the other's), or delete every row of that cell and run it again")  # fmt: skip
@@ -193,7 +199,7 @@ def one_row_each(path: str | Path, records: list[dict[str, str]]) -> list[dict[s
     return [r for i, r in enumerate(records) if i not in drop] if drop else records
 
 
-def load_results(path: str | Path, tasks: dict | None = None) -> tuple[list[dict[str, str]], list[str]]:
+def load_results(path: str | Path, tasks: dict[str, Task] | None = None) -> tuple[list[dict[str, str]], list[str]]:
     """The one validated reader of a results file: :func:`read_records` (a regular file under
     :data:`RESULTS_MOST`, UTF-8, a ctxbench header, typed key columns, each value once or a named
     conflict), then :func:`check_results`. ``compare`` in every mode reads through it; ``report`` and
@@ -201,7 +207,7 @@ def load_results(path: str | Path, tasks: dict | None = None) -> tuple[list[dict
     return check_results(path, read_records(path), tasks)
 
 
-def check_results(path: str | Path, records: list[dict[str, str]], tasks: dict | None = None) -> tuple[list[dict[str, str]], list[str]]:
+def check_results(path: str | Path, records: list[dict[str, str]], tasks: dict[str, Task] | None = None) -> tuple[list[dict[str, str]], list[str]]:
     """``records`` read from ``path``, their partial cells left out
     (:func:`ctxbench.results.identity.drop_partial`; their descriptions returned), and every value
     in its metric's domain (:func:`ctxbench.tasks.base.check_records`: a text, empty or ``0,5`` value
@@ -236,11 +242,11 @@ def _parse(path: Path, data: bytes) -> tuple[list[str], list[dict[str, str]]]:
     return header, _parse_rows(path, reader, header, text, line_offset=0)
 
 
-def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: int) -> list[dict[str, str]]:
+def _parse_rows(path: Path, reader: Reader, header: list[str], text: str, line_offset: int) -> list[dict[str, str]]:
     records = []
     legacy = "options" not in header  # written before options were part of a cell's identity
     tasks = _registry()
-    seen: dict = {}
+    seen: dict[str, dict[str, Any] | None] = {}
     for values in reader:
         if not values:
             continue
@@ -250,7 +256,7 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
                 f"'{path}' line {line} has {len(values)} fields, expected {len(header)}: the file is truncated or damaged",
                 f"delete line {line} and the other rows of its cell (resuming re-runs that cell), or restore the file",
             )
-        record = {k: csv_unescape(v) for k, v in zip(header, values, strict=True)}  # what _serialize escaped
+        record = {k: csv_unescape(v) for k, v in zip(header, values, strict=True)}  # what serialize escaped
         _check_types(path, record, reader.line_num + line_offset)
         record.setdefault("variant", "")
         if legacy:
@@ -268,7 +274,7 @@ def _parse_rows(path: Path, reader, header: list[str], text: str, line_offset: i
 _TYPED = (("length", True, False), ("seed", True, True), ("stride", True, True), ("factor", False, True), ("depth", False, True))
 
 
-def _check_types(path: Path, record: dict, line: int) -> None:
+def _check_types(path: Path, record: dict[str, str], line: int) -> None:
     for column, whole, may_be_empty in _TYPED:
         text = record.get(column, "")
         if text == "" and may_be_empty:
@@ -283,7 +289,7 @@ def _check_types(path: Path, record: dict, line: int) -> None:
                             "fix that value, or delete the rows of its cell (resuming re-runs the cell)")  # fmt: skip
 
 
-def _registry() -> dict:
+def _registry() -> dict[str, Task]:
 
     try:
         return registry()
@@ -291,7 +297,7 @@ def _registry() -> dict:
         return {}
 
 
-def _serialize(records: Iterable[dict], columns: list[str] = COLUMNS) -> str:
+def serialize(records: Iterable[Record], columns: list[str] = COLUMNS) -> str:
     """Rows as CSV text; a cell a spreadsheet would run as a formula (a label ``=HYPERLINK(...)``, an
     answer ``-2+3``) is written as text (:func:`ctxbench.textsafe.csv_escape`), read back as it was;
     a carriage return is written as a line feed (:func:`_one_newline`)."""
@@ -309,11 +315,12 @@ def _one_newline(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
-def _header(columns: list[str]) -> bytes:
-    return _serialize([dict(zip(columns, columns, strict=True))], columns).encode()
+def header_bytes(columns: list[str]) -> bytes:
+    """The header line of a CSV of ``columns``, as :func:`serialize` writes a row."""
+    return serialize([dict(zip(columns, columns, strict=True))], columns).encode()
 
 
-HEADER = _header(COLUMNS)
+HEADER = header_bytes(COLUMNS)
 
 
 def target(path: str | Path) -> Path:
@@ -331,7 +338,7 @@ def lock_path(path: str | Path) -> Path:
 
 
 @contextmanager
-def _signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM back while a cell is saved, so an interrupted run keeps the cell whole
     in both the file and memory (or in neither); a signal that arrives meanwhile is raised again at
     the end. The handlers are swapped for one that only notes the signal: a signal mask would not
@@ -351,15 +358,17 @@ def _signals_deferred() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        for s in dict.fromkeys(pending):
-            signal.raise_signal(s)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)
 
 
 LOCK_TIMEOUT = 600.0  # seconds; a writer holds the lock for one re-read and one write
 
 
 @contextmanager
-def _locked(path: Path, lock: FileLock | None = None) -> Iterator[None]:
+def locked(path: Path, lock: FileLock | None = None) -> Iterator[None]:
+    """Held while ``path`` is re-read and rewritten: the file's lock (:func:`lock_path`, or ``lock``);
+    a writer that waits past :data:`LOCK_TIMEOUT` stops with one line."""
     lock = lock or FileLock(str(lock_path(path)), timeout=LOCK_TIMEOUT)
     try:
         with lock:
@@ -371,15 +380,15 @@ def _locked(path: Path, lock: FileLock | None = None) -> Iterator[None]:
         ) from None
 
 
-def write_records(path: str | Path, records: Iterable[dict]) -> None:
+def write_records(path: str | Path, records: Iterable[Record]) -> None:
     """Write rows atomically (temp file in the same directory, fsync, rename) under the file's lock."""
     path = target(path)
     check_writable(path)
-    with _locked(path):
-        _atomic_write(path, HEADER + _serialize(records).encode()).close()
+    with locked(path):
+        atomic_write(path, HEADER + serialize(records).encode()).close()
 
 
-def _atomic_write(path: Path, data: bytes):
+def atomic_write(path: Path, data: bytes) -> IO[bytes]:
     """Replace ``path`` by ``data`` via a fsynced temp file; returns the temp file, still open (its
     inode is now ``path``'s). Call with the lock held: any other temp file is a dead writer's. A
     full disk or a file-size limit leaves ``path`` as it was and no temp file: one line
@@ -444,12 +453,16 @@ def _remove_stale_temps(path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _stamp(f) -> tuple[int, int, int, int]:
+# What tells one version of a file from another: (device, inode, size, mtime in ns).
+Stamp = tuple[int, int, int, int]
+
+
+def _stamp(f: IO[bytes]) -> Stamp:
     st = os.fstat(f.fileno())
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _row_tuple(record: dict) -> tuple[str, ...]:
+def _row_tuple(record: Record) -> tuple[str, ...]:
     return tuple(_fmt(record.get(c, "")) for c in COLUMNS)
 
 
@@ -472,15 +485,15 @@ class ResultsFile:
             check_writable(self.path)
         self._lock = FileLock(str(lock_path(self.path)), timeout=LOCK_TIMEOUT)
         self._mutex = threading.RLock()
-        self._held = None  # the version of the file we know, kept open
-        self._stamp: tuple | None = None  # its stamp; None: no file
+        self._held: IO[bytes] | None = None  # the version of the file we know, kept open
+        self._stamp: Stamp | None = None  # its stamp; None: no file
         self._blob: bytes | None = b""  # its bytes, if its header is HEADER (else: rebuild on write)
         self._lines = 0  # newline count of _blob
-        self._records: list[dict] = []
+        self._records: list[Record] = []
         self._columns = list(COLUMNS)  # ours, then any the file has that we do not know (kept)
         self._cells: set[tuple[str, ...]] = set()
         self._initial: set[tuple[str, ...]] | None = None  # resume=False: rows to drop at first write
-        self._damaged: tuple | None = None  # resume=False: stamp of an unreadable file to replace
+        self._damaged: Stamp | None = None  # resume=False: stamp of an unreadable file to replace
         try:
             self._refresh()  # no lock needed to read: a rename swaps whole files
         except ForeignFile as exc:  # not ours: never overwritten, whatever --resume says
@@ -493,7 +506,7 @@ class ResultsFile:
             self._initial = {_row_tuple(r) for r in self._records}
 
     @property
-    def records(self) -> list[dict]:
+    def records(self) -> list[Record]:
         """Rows of the file now (without the ones a ``resume=False`` run will drop at its first write)."""
         with self._mutex:
             self._sync()
@@ -509,20 +522,20 @@ class ResultsFile:
             records = self.records
         return finished(records)
 
-    def add(self, rows: Iterable[Row | dict]) -> None:
+    def add(self, rows: Iterable[Row | Record]) -> None:
         """Save one cell's rows, replacing any earlier rows of the same cell, keeping every other row."""
         new = [normalise(r.as_strings() if isinstance(r, Row) else {c: _fmt(v) for c, v in dict(r).items()}) for r in rows]
         keys = {cell_key(r) for r in new}
-        text = _serialize(new)
-        with self._mutex, _locked(self.path, self._lock), _signals_deferred():
+        text = serialize(new)
+        with self._mutex, locked(self.path, self._lock), signals_deferred():
             self._sync()
             self._damaged = None
             if self._initial or self._blob is None or keys & self._cells:
                 drop = self._initial or set()
                 self._records = [r for r in self._records if cell_key(r) not in keys and _row_tuple(r) not in drop] + new
                 self._cells = {cell_key(r) for r in self._records}
-                body = _serialize(self._records, self._columns)
-                blob = _header(self._columns) + body.encode()
+                body = serialize(self._records, self._columns)
+                blob = header_bytes(self._columns) + body.encode()
                 self._lines = 1 + body.count("\n")
             else:
                 self._records += new
@@ -530,7 +543,7 @@ class ResultsFile:
                 blob = (self._blob or HEADER) + text.encode()
                 self._lines = (self._lines or 1) + text.count("\n")
             self._initial = None
-            self._hold(_atomic_write(self.path, blob), blob)
+            self._hold(atomic_write(self.path, blob), blob)
 
     def _sync(self) -> None:
         if self._damaged is not None and self._stamp_of_path() == self._damaged:
@@ -538,7 +551,7 @@ class ResultsFile:
         else:
             self._refresh()
 
-    def _stamp_of_path(self) -> tuple | None:
+    def _stamp_of_path(self) -> Stamp | None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -549,7 +562,7 @@ class ResultsFile:
         self._blob, self._lines, self._records, self._cells = b"", 0, [], set()
         self._columns = list(COLUMNS)
 
-    def _hold(self, f, blob: bytes | None) -> None:
+    def _hold(self, f: IO[bytes] | None, blob: bytes | None) -> None:
         if self._held is not None:
             self._held.close()
         self._held, self._stamp, self._blob = f, (_stamp(f) if f else None), blob
@@ -580,7 +593,7 @@ class ResultsFile:
                 self._records += new
                 self._cells |= {cell_key(r) for r in new}
                 self._lines += tail.count("\n")
-                blob = data
+                blob: bytes | None = data
             else:
                 header, self._records = _parse(self.path, data)
                 self._cells = {cell_key(r) for r in self._records}

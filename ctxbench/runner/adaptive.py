@@ -17,13 +17,23 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from ctxbench.report.paired import holm, paired_retrieval
 
+if TYPE_CHECKING:
+    # (run is ctxbench.runner.grid.run_task and job a grid.Job: grid imports this module)
+    from ctxbench.backends.base import Engine
+    from ctxbench.results.identity import Record
+    from ctxbench.results.store import ResultsFile
+    from ctxbench.tasks.base import Cell
+
 ALPHA = 0.05  # separated: Holm-adjusted p below this
 MARGIN = 0.10  # equivalent: the paired 95% interval of the difference within +-10 points
+# (variant, factor, length, method label) of a cell in a pair not yet decided
+Slot = tuple[str, "float | None", int, str]
 
 
 @dataclass(frozen=True)
@@ -54,23 +64,24 @@ class Verdict:
         return self.separated or self.equivalent
 
 
-def _factor(text) -> float | None:
+def _factor(text: str | float) -> float | None:
     return None if str(text).strip() == "" else float(text)
 
 
-def verdicts(records: Iterable[dict], baseline: str | None = None, *, reps: int = 2000, seed: int = 0) -> list[Verdict]:
+def verdicts(records: Iterable[Record], baseline: str | None = None, *, reps: int = 2000, seed: int = 0) -> list[Verdict]:
     """Every method against the reference at each (variant, factor, length) of ``records`` (one
     run's rows of one task). Factor-free methods (``none``, ``rerope``) join every factor."""
 
-    by_slot: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    by_slot: dict[tuple[str, float | None, int], dict[str, list[Record]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         if r.get("status", "ok") != "ok":
             continue
         by_slot[(r.get("variant", ""), _factor(r.get("factor", "")), int(float(r["length"])))][r["label"]].append(r)
     factors = {f for (_, f, _) in by_slot if f is not None}
-    tables: dict[tuple, dict[str, list[dict]]] = defaultdict(dict)
+    tables: dict[tuple[str, float | None, int], dict[str, list[Record]]] = defaultdict(dict)
     for (variant, factor, length), labels in by_slot.items():
-        for f in ([factor] if factor is not None else sorted(factors) or [None]):
+        joins: list[float | None] = [factor] if factor is not None else [*sorted(factors)] or [None]
+        for f in joins:
             tables[(variant, f, length)].update(labels)
     out = []
     for (variant, factor, length), table in sorted(tables.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2])):
@@ -84,12 +95,12 @@ def verdicts(records: Iterable[dict], baseline: str | None = None, *, reps: int 
     return out
 
 
-def _accuracy(rows: list[dict]) -> float:
+def _accuracy(rows: list[Record]) -> float:
     values = [float(r["value"]) for r in rows if r.get("metric") in ("score", "correct") and str(r.get("trial", "")).isdigit()]
     return sum(values) / len(values) if values else 0.0
 
 
-def open_slots(found: list[Verdict]) -> set[tuple]:
+def open_slots(found: list[Verdict]) -> set[Slot]:
     """(variant, factor, length, label) of every cell in an undecided pair."""
     slots = set()
     for v in found:
@@ -98,7 +109,7 @@ def open_slots(found: list[Verdict]) -> set[tuple]:
     return slots
 
 
-def in_slots(cell, slots: set[tuple]) -> bool:
+def in_slots(cell: Cell, slots: set[Slot]) -> bool:
     """Whether a cell belongs to an open slot (a factor-free cell to any factor's)."""
     return any(
         (cell.variant, cell.length, cell.method.label) == (v, n, label) and (cell.factor is None or cell.factor == f)
@@ -106,7 +117,7 @@ def in_slots(cell, slots: set[tuple]) -> bool:
     )
 
 
-def run_adaptive(run, lm, job, results, **kw):
+def run_adaptive(run: Callable[..., Any], lm: Engine, job: Any, results: ResultsFile | None, **kw: Any) -> Any:
     """``run(lm, job, results, select=..., **kw)`` (the runner's ``run_task``) in batches: every
     cell first, then only the cells of open pairs, each batch TRIAL_BATCH trials more, until none
     is open, ``max_trials`` is reached or the budget is spent. Returns the last batch's Outcome

@@ -36,13 +36,21 @@ anything else gets tokens and FLOPs but no time. Loading the model and tokenisin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ctxbench.model.autodtype import device_key, planned  # noqa: F401  (device_key: also imported from here)
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, positive_number
 from ctxbench.model.files import ALIASES
 from ctxbench.model.size import DEFAULT_SIZE, Flops, ModelSize, assumed_size, model_size, size_of  # noqa: F401  (also imported from here)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ctxbench.backends.base import Engine
+    from ctxbench.methods.setting import MethodSetting
+    from ctxbench.tasks.base import CostItem
 
 
 def plan_device(device: str) -> str:
@@ -73,16 +81,16 @@ class Throughput:
                 + work.decode_linear / self.decode_linear + work.decode_attention / self.decode_attention)  # fmt: skip
 
     @classmethod
-    def from_entry(cls, entry) -> Throughput:
+    def from_entry(cls, entry: Any) -> Throughput:
         """From its ``rates.json`` entry (a table of :data:`RATE_FIELDS`), checked by
         :func:`_is_rate` on the way in."""
         return cls(*(float(entry[name]) for name in RATE_FIELDS))
 
-    def entry(self) -> dict:
+    def entry(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in RATE_FIELDS}
 
 
-def fit(points) -> tuple[float, float, bool]:
+def fit(points: Iterable[tuple[float, float, float]]) -> tuple[float, float, bool]:
     """(linear FLOP/s, attention FLOP/s, whether the two were told apart) from measurements
     ``(linear_flops, attention_flops, seconds)`` at two or more sizes: the least-squares solution of
     ``seconds = linear_flops * a + attention_flops * b`` (exact for two points), rates ``1/a`` and
@@ -172,7 +180,7 @@ def rate_for_plan(device: str, dtype: str, model: str) -> tuple[Throughput | Non
 CALIBRATION_LENGTHS = (1024, 4096)
 
 
-def measured_rate(lm, lengths: tuple[int, int] = CALIBRATION_LENGTHS, steps: int = 8) -> Throughput:
+def measured_rate(lm: Engine, lengths: tuple[int, int] = CALIBRATION_LENGTHS, steps: int = 8) -> Throughput:
     """The loaded model's throughput on its device and dtype, fitted (:func:`fit`) from one timed
     forward at each of ``lengths`` and ``steps`` timed decoding steps on each forward's cache. An
     untimed forward of the longest shape goes first (the first call pays for page faults and
@@ -180,16 +188,14 @@ def measured_rate(lm, lengths: tuple[int, int] = CALIBRATION_LENGTHS, steps: int
     timed series. Cached per (device, dtype, model): small models reach a smaller share of a
     device's peak than big ones, so the rate of one does not carry over to another. Measured on a
     busy machine it is low, and stays so: delete ``rates.json`` in the cache to redo it."""
-    from ctxbench import backends
-
-    calibration = backends.of(lm).calibration(lm)
+    calibration = lm.calibration()
     if calibration is None:
-        raise ValueError(f"the {lm.backend} backend runs no forward of its own to time: its plan uses the assumed rate")
+        raise ValueError(f"the {lm.identity()} backend runs no forward of its own to time: its plan uses the assumed rate")
     device, timed = calibration
     key = f"{device_key(device, lm.dtype)}|{lm.name}"
 
-    def measure() -> dict:
-        size = backends.of(lm).size(lm)
+    def measure() -> dict[str, float]:
+        size = lm.size()
         forwards, decodes = [], []
         for n, seconds, step_seconds in timed(tuple(sorted(lengths)), steps):
             work = size.forward_parts(n, head_tokens=1)
@@ -250,17 +256,30 @@ def _factor_key(device: str, dtype: str, model: str, path: str) -> str:
     return f"{device_key(device, dtype)}|{model}|{path}"
 
 
-def factors_for_plan(device: str, dtype: str, model: str, paths) -> dict[str, float]:
+def factors_for_plan(device: str, dtype: str, model: str, paths: Iterable[str]) -> dict[str, float]:
     """``{path: factor}`` of the attention ``paths`` measured for ``model`` on this device and dtype
     (a path not measured yet is missing: its plan prices it as a plain forward and says so)."""
     dev = plan_device(device)
     dtype = planned_dtype(dev, dtype, model)[0]
     out = {}
     for path in paths:
-        entry = PATH_FACTORS.get(_factor_key(dev, dtype, model, path)) if path else None
+        entry: Any = PATH_FACTORS.get(_factor_key(dev, dtype, model, path)) if path else None  # (checked by _is_factor)
         if entry is not None:
             out[path] = float(entry["factor"])
     return out
+
+
+def item_work(item: CostItem, size: ModelSize, factors: dict[str, float] | None = None) -> Flops:
+    """The FLOPs of a plan's cost item (:class:`ctxbench.tasks.base.CostItem`): each distinct forward
+    once, times its count (a suffix attending to what is cached before it), their attention at the
+    measured cost factor of the item's attention path (``factors``, :func:`factors_for_plan`; a path
+    missing there, or none, at 1), then its decoding steps on the longest context."""
+    runs = item.runs()
+    work = sum((k * size.forward_parts(n, cached=c) for n, c, k in runs), Flops())
+    work = replace(work, attention=work.attention * (factors or {}).get(item.path, 1.0))  # its own attention's cost
+    if item.decode_steps:
+        work = work + item.decode_steps * size.step_parts(max((n + c for n, c, _ in runs), default=0))
+    return work
 
 
 def attention_factor(t_method: float, t_plain: float, work: Flops, rate: Throughput) -> float:
@@ -271,7 +290,7 @@ def attention_factor(t_method: float, t_plain: float, work: Flops, rate: Through
     return min(FACTOR_CEILING, max(FACTOR_FLOOR, 1 + (t_method - t_plain) / (t_plain * share)))
 
 
-def measured_factor(lm, setting, factor: float, rate: Throughput, length: int = FACTOR_LENGTH) -> float:
+def measured_factor(lm: Engine, setting: MethodSetting, factor: float, rate: Throughput, length: int = FACTOR_LENGTH) -> float:
     """The cost factor of ``setting``'s attention path on the loaded model (cached per device,
     dtype, model and path): a plain forward and one of ``setting`` at ``factor``, each of ``length``
     tokens of per-token NLL (what ppl runs; the head in chunks), each after an untimed one of a
@@ -280,26 +299,26 @@ def measured_factor(lm, setting, factor: float, rate: Throughput, length: int = 
 
     import torch  # only here: a plan made from the cache imports no torch
 
-    from ctxbench import backends
     from ctxbench.methods.setting import resolve
 
-    calibration = backends.of(lm).calibration(lm)
+    calibration = lm.calibration()
     if calibration is None:
-        raise ValueError(f"the {lm.backend} backend runs no forward of its own to time")
+        raise ValueError(f"the {lm.identity()} backend runs no forward of its own to time")
     device = calibration[0]
     key = _factor_key(device, lm.dtype, lm.name, setting.attention_path)
 
-    def measure() -> dict:
+    def measure() -> dict[str, Any]:
         vocab = int(getattr(lm.tokenizer, "vocab_size", 0) or 2)
         ids = torch.randint(0, min(vocab, 1000), (length,))  # (length,)
         seconds = []
         for s, f in ((resolve("none"), 1.0), (setting, factor)):
-            with backends.session(lm, s, f, length) as session:
+            with lm.session(s, f, length) as session:
                 session.token_nll(ids[: max(2, length // 4)])  # warm-up
                 t0 = time.perf_counter()
                 session.token_nll(ids)
                 seconds.append(time.perf_counter() - t0)
-        work = backends.of(lm).size(lm).forward_parts(length)
+        work = lm.size().forward_parts(length)
         return {"factor": attention_factor(seconds[1], seconds[0], work, rate), "length": length, "method": setting.label}
 
-    return float(PATH_FACTORS.lookup(key, measure)["factor"])
+    entry: Any = PATH_FACTORS.lookup(key, measure)  # (checked by _is_factor)
+    return float(entry["factor"])

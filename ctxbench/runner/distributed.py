@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ def init(w: World) -> None:
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
 
 
-def shared(w: World, value):
+def shared(w: World, value: T) -> T:
     """Rank 0's ``value`` on every rank (e.g. the run id)."""
     if not w.active:
         return value

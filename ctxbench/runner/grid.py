@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from ctxbench.defaults import DEFAULT_MODEL
+from ctxbench import backends
+from ctxbench.defaults import DEFAULT_ATTN, DEFAULT_DEVICE, DEFAULT_DTYPE, DEFAULT_MODEL
 from ctxbench.methods import check_applicable, effective_params
 from ctxbench.model.files import check_model
 from ctxbench.report.display import summary_tables
@@ -51,13 +52,13 @@ class ModelConfig:
     --backend --tensor-parallel)."""
 
     model: str = DEFAULT_MODEL
-    device: str = "auto"
-    dtype: str = "auto"
-    attn: str | None = "sdpa"
+    device: str = DEFAULT_DEVICE
+    dtype: str = DEFAULT_DTYPE
+    attn: str | None = DEFAULT_ATTN
     trust_remote_code: bool = False
     device_map: str | None = None
     quantization: str | None = None
-    backend: str = "hf"  # ctxbench.backends: hf (transformers, the reference) or vllm
+    backend: str = backends.DEFAULT  # a name of ctxbench.backends.BACKENDS (hf: transformers, the reference)
     tensor_parallel: int = 1  # GPUs one vLLM engine spans (--backend vllm)
 
     def check(self, jobs=()) -> None:
@@ -69,17 +70,13 @@ class ModelConfig:
 
         check_dtype(self.dtype)
         check_device(self.device)
-        check_tensor_parallel(self.tensor_parallel, self.backend)
-        check_backend(jobs, self)
+        check_tensor_parallel(self.tensor_parallel)
         check_attn(self.attn, self.device)
         check_model(self.model)
-        if self.backend != "hf":
-            check_tensor_parallel(self.tensor_parallel, self.backend, self.model, self.trust_remote_code)
+        check_backend(jobs, self)  # what the backend cannot run, its tensor parallelism against the model's heads
 
     def load(self, console=None):
         """The loaded model, through its backend; with a rich ``console``, a "loading ..." status meanwhile."""
-        from ctxbench import backends
-
         if console is None:
             return backends.get(self.backend).load(self)
         with console.status(f"loading {self.model} ..."):
@@ -153,9 +150,12 @@ def execute(
     seed: int = 0,
     console=None,
     dry_run: bool = False,
+    before_plan: Callable[[], None] | None = None,
 ) -> Outcome:
     """Run every job on one model load. ``model`` is a :class:`ModelConfig` or an already loaded
     model; ``console`` (a rich Console) shows the plan, progress with an ETA and the summary.
+    ``before_plan``: what a dry run shows once every check has passed, before its plan (``ctxbench
+    sweep``'s table per task and method).
 
     Everything a user can get wrong is checked before the plan is shown: the results file (never
     one that is not ctxbench's), the model's files (by loading it), and each task's preparation
@@ -175,6 +175,8 @@ def execute(
         if out is not None:
 
             check_writable(out)
+        if show is not None and before_plan is not None:
+            before_plan()
         name = model.model if isinstance(model, ModelConfig) else model.name
         plan = plan_table(jobs, name, device=model.device, dtype=model.dtype) if isinstance(model, ModelConfig) else _plan_of(jobs, model)
         if show is not None:
@@ -194,13 +196,10 @@ def execute(
     jobs = [Job(job.task, job.task.settled(lm, job.settings)) for job in jobs]  # model-implied defaults, once
     check_loaded(jobs, lm)  # again on the loaded model: a hub config read only now, the same words otherwise
     contexts = [job.task.prepare(lm, job.settings) for job in jobs]  # bad lengths or data fail before the plan
-    from ctxbench import backends
-
-    backend = backends.of(lm)
-    backend.check_layouts(lm, jobs)  # and a method whose frequencies do not fit the model's rotary tables
-    backend.check_cells(lm, jobs, contexts)  # or a cell past the end of an engine's rotary table
+    lm.check_layouts(jobs)  # and a method whose frequencies do not fit the model's rotary tables
+    lm.check_cells(jobs, contexts)  # or a cell past the end of an engine's rotary table
     cells = [c for job, ctx in zip(jobs, contexts, strict=True) for c in job.task.cells(job.settings, ctx)]
-    backend.reserve(lm, max((c.length for c in cells), default=0))  # the longest sequence an engine is started for
+    lm.reserve(max((c.length for c in cells), default=0))  # the longest sequence an engine is started for
 
     shard = (w.rank, w.size) if w.active else None
     whole = _plan_of(jobs, lm)  # every cell: the progress bar's tokens per cell
@@ -208,12 +207,12 @@ def execute(
     plan = _plan_of(jobs, lm, [Todo(tuple(p.grid), tuple(p.todo)) for p in todo])  # only what is left to run
     if show is not None:
         print_plan(show, plan, out)
-        starts = backend.engine_starts(lm, [c for p in todo for c in p.todo])
+        starts = lm.engine_starts([c for p in todo for c in p.todo])
         if starts:  # an engine backend: what it starts, on top of the forwards
-            show.print(f"[dim]{lm.backend}: {starts} engine start(s), one per method setting and factor "
+            show.print(f"[dim]{lm.identity()}: {starts} engine start(s), one per method setting and factor "
                        "(and length, for a method that depends on it), each some seconds (the summary says how long)[/]",
                        highlight=False)  # fmt: skip
-        if isinstance(model, ModelConfig) and plan.flops > CALIBRATE_ABOVE and backend.calibration(lm):
+        if isinstance(model, ModelConfig) and plan.flops > CALIBRATE_ABOVE and lm.calibration():
             if not plan.measured:
                 _calibrated(show, lm, plan)
             if any(factor is None for _, factor, _ in plan.paths):
@@ -239,8 +238,8 @@ def execute(
         raise Interrupted(len(results.done_cells()), out, getattr(exc, "signal_name", "SIGINT")) from None
     finally:
         if isinstance(model, ModelConfig):
-            backend.close(lm)  # what this run started (vLLM's engine and its reserved KV cache), shut down with the run
-    outcome.engine_starts = backend.start_seconds(lm)
+            lm.close()  # what this run started (vLLM's engine and its reserved KV cache), shut down with the run
+    outcome.engine_starts = lm.start_seconds()
     if w.active:
         distributed.barrier(w)
         if out is not None:  # every rank's cells are in the file now
@@ -256,9 +255,7 @@ def _plan_of(jobs, lm, pending=None):
     """The plan of a loaded model: its own trained length and size (of only the ``pending`` cells,
     one :class:`ctxbench.runner.plan.Todo` per job, when given)."""
 
-    from ctxbench import backends
-
-    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=backends.of(lm).size(lm),
+    return plan_table(jobs, lm.name, lm.geometry.trained_len, device=lm.device, dtype=lm.dtype, size=lm.size(),
                       pending=pending, dtype_note=lm.dtype_note)  # fmt: skip
 
 
@@ -369,16 +366,14 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
         groups = [g for i, g in enumerate(groups) if i % world == rank]
         grid = [c for g in groups for c in g]
     run_id = run_id or new_run_id()
-    from ctxbench import backends
-
     provenance = dict(
-        backend=backends.of(lm).identity(lm), run_id=run_id, model=lm.name, model_digest=lm.digest, dataset=ctx.dataset, data_digest=ctx.data_digest,
+        backend=lm.identity(), run_id=run_id, model=lm.name, model_digest=lm.digest, dataset=ctx.dataset, data_digest=ctx.data_digest,
         device=lm.device, dtype=lm.dtype, seed=seed, options=json.dumps(task.identity(settings), sort_keys=True),
         ctxbench_version=__version__,
         torch_version=torch.__version__, transformers_version=transformers.__version__,
     )
     extra_all = {"trained_len": lm.geometry.trained_len}
-    own_attention = backends.of(lm).own_attention(lm)
+    own_attention = lm.own_attention()
     if shard is not None:
         extra_all["rank"] = shard[0]
     for c in full_grid:  # a scaling method on a model without RoPE, a length past a learned position table

@@ -8,11 +8,24 @@ throughput came from; the token counts hold for any model.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from ctxbench.model.size import Flops, model_size
 from ctxbench.parsing import expand_path
-from ctxbench.runner.costmodel import factors_for_plan, plan_device, planned_dtype, rate_for_plan
+from ctxbench.runner.costmodel import factors_for_plan, item_work, plan_device, planned_dtype, rate_for_plan
+
+if TYPE_CHECKING:
+    # (jobs are ctxbench.runner.grid.Job, which imports this module: Any here)
+    from collections.abc import Sequence
+
+    from rich.console import Console
+
+    from ctxbench.methods.setting import MethodSetting
+    from ctxbench.model.size import ModelSize
+    from ctxbench.runner.costmodel import Throughput
+    from ctxbench.tasks.base import Cell, CostItem
 
 DEFAULT_TRAINED = 8192  # SmolLM2-135M's trained context, for plans made before the model loads
 LONG_RUN = 15 * 60  # seconds: above this a plan says how to make the run smaller
@@ -25,10 +38,10 @@ class JobPlan:
     forwards: int
     tokens: int
     seconds: float
-    rows: tuple  # (what, cells, tokens, seconds) per method entry
+    rows: tuple[tuple[str, int, int, float], ...]  # (what, cells, tokens, seconds) per method entry
     trials: int | None = None  # trials per accuracy cell (None: the task does not count trials)
     auto: bool = False  # --trials auto: ``trials`` is the most a cell can run, and the plan counts them all
-    items: dict | None = None  # --trials all: {variant: items}, every one a trial of each of its cells
+    items: dict[str, int] | None = None  # --trials all: {variant: items}, every one a trial of each of its cells
     work: Flops = Flops()  # FLOPs of every forward and decoding step of the job, by part
     done: int = 0  # cells the results file already holds: a run skips them, and the plan does not count them
     options: tuple[str, ...] = ()  # the task's option names: advice names only knobs the command has
@@ -64,13 +77,13 @@ class Plan:
     def flops(self) -> float:
         return sum(j.flops for j in self.jobs)
 
-    def seconds_at(self, rate) -> float:
+    def seconds_at(self, rate: Throughput) -> float:
         """The whole plan's time at throughput ``rate`` (a :class:`~ctxbench.runner.costmodel.Throughput`)."""
         return rate.seconds(sum((j.work for j in self.jobs), Flops()))
 
 
-def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "cpu", dtype: str = "float32",
-               size=None, pending=None, dtype_note: str = "") -> Plan:  # fmt: skip
+def plan_table(jobs: Sequence[Any], model: str, trained_len: int | None = None, device: str = "cpu", dtype: str = "float32",
+               size: ModelSize | None = None, pending: Sequence[Todo | None] | None = None, dtype_note: str = "") -> Plan:  # fmt: skip
     """Cells, forwards, tokens and seconds per job, at the throughput known for ``model`` on
     ``device`` and ``dtype`` (``auto``: what a run will choose, :func:`planned_dtype`; a loaded
     model's choice comes resolved, with ``dtype_note`` saying why). ``size`` (a
@@ -101,12 +114,7 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
         items = job_items[i]
         rows, total = [], Flops()
         for item in items:  # each distinct forward once, times its count: O(cells), never O(trials)
-            runs = item.runs()
-            longest = max((n + c for n, c, _ in runs), default=0)
-            work = sum((k * size.forward_parts(n, cached=c) for n, c, k in runs), Flops())
-            work = replace(work, attention=work.attention * factors.get(item.path, 1.0))  # its own attention's cost
-            if item.decode_steps:
-                work = work + item.decode_steps * size.step_parts(longest)
+            work = item_work(item, size, factors)
             seconds = rate.seconds(work) if rate else float("nan")
             rows.append((item.what, item.cells, item.tokens, seconds))
             total = total + work
@@ -130,27 +138,29 @@ def plan_table(jobs, model: str, trained_len: int | None = None, device: str = "
 class Todo:
     """The cells of a job's grid still to run (``cells``) out of all of them (``grid``)."""
 
-    grid: tuple
-    cells: tuple
+    grid: tuple[Cell, ...]
+    cells: tuple[Cell, ...]
 
 
-def pending_items(job, todo: Todo, trained_len: int) -> list:
+def pending_items(job: Any, todo: Todo, trained_len: int) -> list[CostItem]:
     """The job's cost items for the cells still to run: its task's ``cost`` of the job's settings
     narrowed to each method entry and factor with its own lengths still to run. A task whose
     settings have no ``methods``/``factors``/``lengths`` to narrow is costed whole (the most it can
     cost). An item shared by the method entries (ppl's unscaled references) is counted once."""
     if len(todo.cells) == len(todo.grid):
-        return job.task.cost(job.settings, trained_len)
-    lengths: dict[tuple, set[int]] = {}  # (method entry, factor) -> its lengths still to run
+        whole: list[CostItem] = job.task.cost(job.settings, trained_len)
+        return whole
+    lengths: dict[tuple[MethodSetting, float | None], set[int]] = {}  # (method entry, factor) -> its lengths still to run
     for c in todo.cells:
         lengths.setdefault((c.method, c.factor), set()).add(c.length)
-    items: dict[str, object] = {}
+    items: dict[str, CostItem] = {}
     for (method, factor), ns in lengths.items():
         try:
             settings = replace(job.settings, methods=(method,), lengths=tuple(sorted(ns)),
                                factors=(factor,) if factor is not None else job.settings.factors)  # fmt: skip
         except TypeError:  # a plug-in's settings: no narrowing
-            return job.task.cost(job.settings, trained_len)
+            whole = job.task.cost(job.settings, trained_len)
+            return whole
         for item in job.task.cost(settings, trained_len):
             if item.what not in items or item.tokens > items[item.what].tokens:
                 items[item.what] = item
@@ -190,7 +200,7 @@ def smaller(plan: Plan) -> str:
     return ", ".join(f"{what} ({flag}; in a suite {key})" for what, flag, key in tips)
 
 
-def print_plan(console, plan: Plan, out=None) -> None:
+def print_plan(console: Console, plan: Plan, out: str | os.PathLike[str] | None = None) -> None:
     """One line per job (with the interval width its trial count gives), the dtype and why when it
     was ``auto``, and advice when the whole run is long."""
     for j in plan.jobs:

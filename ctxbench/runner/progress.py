@@ -9,19 +9,28 @@ run turns out to feed more).
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+    from ctxbench.backends.base import Engine
+
 
 class TokenProgress:
     """``with TokenProgress(console, lm) as p: p.start_task(...); p.cell_done(...)``; a no-op
     without a console (the Python API). The backend of ``lm`` says how forwards progress
-    (:meth:`ctxbench.backends.base.Backend.watch`)."""
+    (:meth:`ctxbench.backends.base.Engine.watch`)."""
 
-    def __init__(self, console, lm) -> None:
+    def __init__(self, console: Console | None, lm: Engine) -> None:
         self.console = console
         self.lm = lm
-        self.bar = None
-        self.task_id = None
+        self.bar: Progress | None = None
+        self.task_id: TaskID | None = None
         self.watching = False
-        self._watch = None
+        self._watch: AbstractContextManager[bool] | None = None
         self.cells = (0, 0)
 
     def __enter__(self) -> TokenProgress:
@@ -34,10 +43,8 @@ class TokenProgress:
             TextColumn("{task.completed:,.0f}/{task.total:,.0f} tokens"), TextColumn("{task.fields[cells]}"),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False,
         )  # fmt: skip
-        from ctxbench import backends
-
         # a backend that cannot say how a forward progresses (an engine): the bar moves a cell's share at each cell
-        self._watch = backends.of(self.lm).watch(self.lm, self._tokens)
+        self._watch = self.lm.watch(self._tokens)
         self.watching = self._watch.__enter__()
         self.bar.start()
         return self
@@ -47,13 +54,14 @@ class TokenProgress:
             self._advance(tokens)
 
     def _advance(self, tokens: float) -> None:
+        assert self.bar is not None and self.task_id is not None  # called once a task has started
         task = self.bar.tasks[self.task_id]
-        if task.completed + tokens > task.total:
+        if task.total is not None and task.completed + tokens > task.total:  # (every task here has a total)
             self.bar.update(self.task_id, total=task.completed + tokens)
         self.bar.advance(self.task_id, tokens)
 
     def start_task(self, name: str, cells: int, tokens: int, skipped: int = 0) -> None:
-        if self.bar is None:
+        if self.bar is None or self.console is None:  # (a bar has its console)
             return
         if skipped:
             self.console.print(f"[dim]{name}: {skipped} cell(s) already in the results file: skipped (use --no-resume to redo)[/]")
@@ -73,7 +81,7 @@ class TokenProgress:
             task = self.bar.tasks[self.task_id]
             self.bar.update(self.task_id, total=task.completed)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._watch is not None:
             self._watch.__exit__(None, None, None)
             self._watch, self.watching = None, False

@@ -9,16 +9,29 @@ with the same label are an error naming both.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ctxbench.defaults import DEFAULT_FACTOR
 from ctxbench.errors import UserError, closest, unknown
 from ctxbench.methods import show_value
-from ctxbench.methods.grid import check_labels, expand, method_entries, resolve_methods  # noqa: F401  (their home before)
+from ctxbench.methods.grid import check_labels as check_labels  # (re-exported: their home before)
+from ctxbench.methods.grid import expand as expand
+from ctxbench.methods.grid import method_entries as method_entries
+from ctxbench.methods.grid import resolve_methods as resolve_methods
 from ctxbench.parsing import parse_factors, parse_lengths
 
+if TYPE_CHECKING:
+    # (jobs are ctxbench.runner.grid.Job and the config a grid.ModelConfig: grid imports this module)
+    from collections.abc import Iterable, Sequence
 
-def build_settings(task, methods, factors=DEFAULT_FACTOR, lengths=None, options: dict | None = None, where: str = ""):
+    from ctxbench.backends.base import Engine
+    from ctxbench.methods.setting import MethodSetting
+    from ctxbench.model.geometry import RopeGeometry
+    from ctxbench.tasks.base import Task
+
+
+def build_settings(task: Task, methods: str | Sequence[str] | Sequence[MethodSetting], factors: object = DEFAULT_FACTOR,
+                   lengths: object = None, options: dict[str, Any] | None = None, where: str = "") -> Any:
     """The task's frozen settings: ``methods`` (resolved list, or a spec string), ``factors``
     (``"2,4"`` or numbers), ``lengths`` (``"4k,8k"``, ints or None for the task's default) and the
     task's own options (raw values; ``None`` keeps the default). Validated with the task's rules."""
@@ -59,7 +72,7 @@ FLASH_MODULES = {
 }
 
 
-def is_device(device) -> bool:
+def is_device(device: object) -> TypeGuard[str]:
     """``auto``, ``cpu``, ``cuda`` or ``cuda:N``: what ``--device`` takes."""
     if not isinstance(device, str):
         return False
@@ -83,13 +96,13 @@ MOST_TENSOR_PARALLEL = 512
 MOST_SEED = 2**63 - 1
 
 
-def _shown(value, flag: str) -> str:
+def _shown(value: object, flag: str) -> str:
     from ctxbench.parsing import short
 
     return f'{flag} "{short(value, 40)}"' if flag.endswith("=") else f"{flag} {short(value, 40)!r}" if isinstance(value, str) else f"{flag} {short(value, 40)}"
 
 
-def check_dtype(dtype, *, flag: str = "--dtype") -> str:
+def check_dtype(dtype: object, *, flag: str = "--dtype") -> str:
     """``dtype`` when it is one ctxbench loads in (:data:`DTYPES`), else one :class:`UserError`
     naming the closest: ``fp32`` -> ``float32``, ``half`` -> ``float16``; ``float64`` and ``int8`` are
     not dtypes a run computes in; ``auto,float32`` is two. The CLI, suites and the API all call it
@@ -111,7 +124,7 @@ def check_dtype(dtype, *, flag: str = "--dtype") -> str:
     raise UserError(f"unknown dtype: {_shown(text, flag)}", f"{hint}choose one of: {', '.join(DTYPES)}")
 
 
-def check_device(device, *, flag: str = "--device") -> str:
+def check_device(device: object, *, flag: str = "--device") -> str:
     """``device`` when it names a device this machine has: ``auto``, ``cpu``, or ``cuda``/``cuda:N``
     with a CUDA GPU visible (and N below their count). torch is imported only for a ``cuda`` device."""
     if not is_device(device):
@@ -131,7 +144,7 @@ def check_device(device, *, flag: str = "--device") -> str:
     return device
 
 
-def check_seed(seed, *, flag: str = "--seed") -> int:
+def check_seed(seed: object, *, flag: str = "--seed") -> int:
     """A seed every generator takes: a whole number from 0 to :data:`MOST_SEED` (2^63 - 1)."""
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MOST_SEED:
         raise UserError(f"{_shown(seed, flag)} is not a whole number from 0 to 2^63 - 1 ({MOST_SEED})",
@@ -139,34 +152,14 @@ def check_seed(seed, *, flag: str = "--seed") -> int:
     return seed
 
 
-def check_tensor_parallel(tp, backend: str, model: str | None = None, trust_remote_code: bool = False, *,
-                          flag: str = "--tensor-parallel") -> int:  # fmt: skip
-    """GPUs one engine spans: 1 for the transformers backend (which places a model with
-    ``--device-map``, and ignored any other number); for vLLM a whole number from 1 to
-    :data:`MOST_TENSOR_PARALLEL` that divides the model's attention heads (read from its config
-    before the plan; vLLM refused it after loading, in its own words)."""
-    backend_flag = flag.replace("tensor-parallel", "backend").replace("tensor_parallel", "backend")
+def check_tensor_parallel(tp: object, *, flag: str = "--tensor-parallel") -> int:
+    """GPUs one engine spans: a whole number from 1 to :data:`MOST_TENSOR_PARALLEL`. Whether the
+    backend spans GPUs at all, and whether the number divides the model's heads, is the backend's
+    own check (``check`` of its module)."""
     if not isinstance(tp, int) or isinstance(tp, bool) or not 1 <= tp <= MOST_TENSOR_PARALLEL:
         raise UserError(f"{_shown(tp, flag)} is not a whole number from 1 to {MOST_TENSOR_PARALLEL}",
-                        f"give the number of GPUs one engine spans, e.g. {_option(flag, 2)}" if backend != "hf" else f"drop {flag.rstrip(' =')}")  # fmt: skip
-    if backend == "hf" and tp != 1:
-        raise UserError(f"{_option(flag, tp)} needs {_option(backend_flag, 'vllm')}: the transformers backend runs one process "
-                        f"(it spreads a model over GPUs with --device-map auto)", f"drop {flag.rstrip(' =')}, or add {_option(backend_flag, 'vllm')}")  # fmt: skip
-    if tp > 1 and model is not None:
-        heads = _heads(model, trust_remote_code)
-        if heads and heads % tp:
-            fits = [n for n in range(tp - 1, 0, -1) if heads % n == 0][0]
-            raise UserError(f"{_option(flag, tp)}: the model's {heads} attention heads do not divide among {tp} GPUs "
-                            f"(vLLM splits the heads evenly)", f"use {_option(flag, fits)}, a divisor of {heads}")  # fmt: skip
+                        f"give the number of GPUs one engine spans, e.g. {_option(flag, 2)}, or drop {flag.rstrip(' =')}")  # fmt: skip
     return tp
-
-
-def _heads(model: str, trust_remote_code: bool) -> int | None:
-    """``num_attention_heads`` of a model's config, read without weights (None when unknown)."""
-    from ctxbench.model.files import load_counts
-
-    source = _config_source(model)
-    return None if source is None else load_counts(source, trust_remote_code)[1]
 
 
 # Ceilings on the product of a run's options (each option has its own, the product had none: 4
@@ -178,7 +171,7 @@ MOST_EVALUATIONS = 10_000_000
 MOST_TOKENS = 2**40  # tokens forwarded, lengths times evaluations: about a year at 30k tokens/s
 
 
-def grid_size(job) -> tuple[int, int, int]:
+def grid_size(job: Any) -> tuple[int, int, int]:
     """(cells, evaluations, tokens) of one job from its settings' counts alone, in O(methods +
     lengths): never by listing them. A cell is one method setting at one factor, length and
     depth; an evaluation one trial or document of a cell (the most a ``trials = "auto"`` cell runs);
@@ -198,7 +191,7 @@ def grid_size(job) -> tuple[int, int, int]:
     return cells, cells * per_cell, settings * places * per_cell * sum(lengths)
 
 
-def check_grid_size(jobs) -> None:
+def check_grid_size(jobs: Iterable[Any]) -> None:
     """Refuse a run whose grid is past :data:`MOST_CELLS` cells, :data:`MOST_EVALUATIONS`
     trials and documents or :data:`MOST_TOKENS` tokens in all, before the plan and in O(1) of the
     trial count; the fix names a smaller value of the option that multiplies most (and passes)."""
@@ -249,7 +242,7 @@ def check_attn(attn: str | None, device: str, *, flag: str = "--attn") -> None:
                             f"use {_option(flag, 'sdpa')} on the CPU")  # fmt: skip
 
 
-def check_backend(jobs, config) -> None:
+def check_backend(jobs: Iterable[Any], config: Any) -> None:
     """Refuse, before the plan, what the chosen backend (``--backend``) cannot run: an unknown
     backend (naming the closest), or a method, metric or model option it does not have
     (``ctxbench.backends.<name>.check``)."""
@@ -261,7 +254,7 @@ def check_backend(jobs, config) -> None:
     backend.check(methods, metrics, config)
 
 
-def _option(flag: str, value) -> str:
+def _option(flag: str, value: object) -> str:
     """``--attn sdpa`` on the command line, ``attn = "sdpa"`` in a suite."""
     return f'{flag} "{value}"' if flag.endswith("=") else f"{flag} {value}"
 
@@ -269,7 +262,7 @@ def _option(flag: str, value) -> str:
 # ---- what a method computes on the model, checked before the plan -----------------------------
 
 
-def check_methods(jobs, geom, num_layers=None) -> None:
+def check_methods(jobs: Iterable[Any], geom: RopeGeometry, num_layers: int | None = None) -> None:
     """Raise :class:`UserError` for the first method of ``jobs`` whose numbers on a model of geometry
     ``geom`` (and ``num_layers`` layers) are not sensible, or whose parameters break a rule only the
     model shows (:func:`ctxbench.methods.check_derived`: ``dca`` ``local_window < chunk_size`` once
@@ -288,17 +281,18 @@ def check_methods(jobs, geom, num_layers=None) -> None:
                 check_derived(method, geom, factor, lengths, layers)
 
 
-def check_methods_on_model(jobs, model: str, trust_remote_code: bool = False) -> None:
+def check_methods_on_model(jobs: Sequence[Any], model: str, trust_remote_code: bool = False) -> None:
     """:func:`check_methods` on the model named ``model``, from its config alone (no weights, no torch):
     a local directory or ``.gguf`` file always (its geometry is cached, so a second plan reads it in
     milliseconds), a hub model when its config is already downloaded. A hub model that is not, and a
     config this cannot read, are checked by :func:`check_loaded` once the model has loaded."""
     if not any(_reads_input(m) for job in jobs for m in getattr(job.settings, "methods", ())):
         return  # none, native, logn: the model's own numbers; no config to read for them
-    source = _config_source(model)
+    from ctxbench.model.files import config_source, load_geometry
+
+    source = config_source(model)
     if source is None:
         return
-    from ctxbench.model.files import load_geometry
 
     geom = load_geometry(source, trust_remote_code)
     needs_layers = any(m.attention is not None and m.attention.layers is not None
@@ -306,33 +300,14 @@ def check_methods_on_model(jobs, model: str, trust_remote_code: bool = False) ->
     check_methods(jobs, geom, _num_layers(source, trust_remote_code) if needs_layers else None)
 
 
-def _reads_input(setting) -> bool:
+def _reads_input(setting: MethodSetting) -> bool:
     """A method whose numbers depend on what the user gave: a parameter of one of its parts, or the factor."""
     return setting.uses_factor or any(part.declared for part in setting.parts)
 
 
-def check_loaded(jobs, lm) -> None:
+def check_loaded(jobs: Iterable[Any], lm: Engine) -> None:
     """:func:`check_methods` on a loaded model: its geometry and its config's layers."""
-    from ctxbench import backends
-
-    check_methods(jobs, lm.geometry, backends.of(lm).num_layers(lm))
-
-
-def _config_source(model: str) -> str | None:
-    """Where ``model``'s config can be read without the network: the path itself for a local model or
-    alias, the cached snapshot folder for a hub id already downloaded, else None."""
-    from ctxbench.model.files import locate
-
-    kind, _, _ = locate(model)
-    if kind != "hub":
-        return model
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model, "config.json")
-    except Exception:  # noqa: BLE001  a hub id the cache cannot even name: the load will say what is wrong
-        return None
-    return str(Path(cached).parent) if isinstance(cached, str) else None
+    check_methods(jobs, lm.geometry, lm.num_layers())
 
 
 def _num_layers(source: str, trust_remote_code: bool) -> int | None:

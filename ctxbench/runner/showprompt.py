@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from ctxbench.errors import UserError
 
+if TYPE_CHECKING:
+    from ctxbench.tasks.base import Task
 
-def trial_row(row: dict, where: str) -> tuple[int, str]:
+
+def trial_row(row: dict[str, str], where: str) -> tuple[int, str]:
     """(trial number, task name) of a row that is one trial; one clear line for any other row."""
     trial = row.get("trial", "")
     if not trial.isdigit():
@@ -27,13 +32,13 @@ def trial_row(row: dict, where: str) -> tuple[int, str]:
     return int(trial), row["task"]
 
 
-def settings_of(task, row: dict, options: dict[str, str] | None = None):
+def settings_of(task: Task, row: dict[str, str], options: dict[str, str] | None = None) -> Any:
     """The task's settings for the row's cell alone: its length, variant, depth and identity
     options, enough trials to reach its own, and ``options`` (values the row does not hold)."""
     from ctxbench.runner.settings import build_settings
 
     names = set(task.option_names())
-    raw: dict = {}
+    raw: dict[str, Any] = {}
     try:
         stored = json.loads(row.get("options") or "{}")
     except ValueError:
@@ -49,7 +54,7 @@ def settings_of(task, row: dict, options: dict[str, str] | None = None):
     return build_settings(task, "none", lengths=[int(float(row["length"]))], options=raw)
 
 
-def prompt_ids(row: dict, lm, tasks: dict, options: dict[str, str] | None = None, where: str = "the row") -> tuple[int, ...]:
+def prompt_ids(row: dict[str, str], lm: Any, tasks: dict[str, Task], options: dict[str, str] | None = None, where: str = "the row") -> tuple[int, ...]:
     """The token ids of the prompt of the trial ``row`` holds, rebuilt with ``lm``'s tokenizer and
     checked against the row (model digest, data digest, token count)."""
     from ctxbench.tasks import get
@@ -91,10 +96,9 @@ def parse_options(values: list[str] | None) -> dict[str, str]:
     return out
 
 
-def describe_model(spec: str):
+def describe_model(spec: str) -> SimpleNamespace:
     """What rebuilding a prompt needs of a model, read from its files without loading the weights:
     the tokenizer, the geometry and the digest (:func:`ctxbench.model.describe.describe`)."""
-    from types import SimpleNamespace
 
     from ctxbench.model.describe import describe
 

@@ -33,10 +33,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ctxbench.defaults import DEFAULT_FACTOR, DEFAULT_MODEL
+from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
+from ctxbench.defaults import (
+    DEFAULT_ATTN,
+    DEFAULT_DEVICE,
+    DEFAULT_DTYPE,
+    DEFAULT_FACTOR,
+    DEFAULT_MODEL,
+    DEFAULT_SEED,
+)
 from ctxbench.errors import UserError, closest, unknown
 from ctxbench.parsing import (
     NotAFile,
@@ -61,6 +71,12 @@ from ctxbench.runner.settings import (
 from ctxbench.tasks import registry
 from ctxbench.tasks.options import suite_wording
 
+if TYPE_CHECKING:
+    from ctxbench.methods.setting import MethodSetting
+    from ctxbench.tasks.base import Task
+
+T = TypeVar("T")
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -79,13 +95,13 @@ class Suite:
     path: Path
     description: str = ""
     model: str = DEFAULT_MODEL
-    device: str = "auto"
-    dtype: str = "auto"
-    attn: str = "sdpa"
-    seed: int = 0
+    device: str = DEFAULT_DEVICE
+    dtype: str = DEFAULT_DTYPE
+    attn: str = DEFAULT_ATTN
+    seed: int = DEFAULT_SEED
     out: str | None = None
     trust_remote_code: bool = False
-    backend: str = "hf"  # ctxbench.backends: hf | vllm
+    backend: str = DEFAULT_BACKEND  # a name of ctxbench.backends.BACKENDS
     tensor_parallel: int = 1
     jobs: tuple[Job, ...] = field(default_factory=tuple)
 
@@ -94,7 +110,7 @@ def _bad(path: Path, what: str, fix: str) -> UserError:
     return UserError(f"{path}: {what}", fix)
 
 
-def _toml(value) -> str:
+def _toml(value: object) -> str:
     """A value as TOML writes it, for errors: ``"no"``, ``true``, ``1.5``, ``[]``."""
     if isinstance(value, bool):
         return str(value).lower()
@@ -107,7 +123,7 @@ def _toml(value) -> str:
     return str(value)
 
 
-def _check_keys(path: Path, where: str, got: dict, allowed: set[str]) -> None:
+def _check_keys(path: Path, where: str, got: dict[str, Any], allowed: set[str]) -> None:
     for key in got:
         if key not in allowed:
             guess = closest(key, allowed)
@@ -125,7 +141,7 @@ def _suite_keys() -> dict[str, str]:
     return keys
 
 
-def _value(path: Path, where: str, key: str, fn, value):
+def _value(path: Path, where: str, key: str, fn: Callable[[Any], T], value: object) -> T:
     try:
         return fn(value)
     except UserError as exc:  # worded for the command line: said with the suite's keys, which the user edits
@@ -137,15 +153,15 @@ def _value(path: Path, where: str, key: str, fn, value):
 
 # ---- top-level keys: each a TOML type, checked before anything loads ---------------------------
 
-def _text(path: Path, key: str, value, example: str) -> str:
+def _text(path: Path, key: str, value: object, example: str) -> str:
     if not isinstance(value, str) or not value.strip():
         problem = "is empty" if isinstance(value, str) else f"is {_kind(value)}, not text"
         raise _bad(path, f"{key} = {_toml(value)} {problem}", f'write {key} = "{example}" (quoted text)')
     return value
 
 
-def _choice(path: Path, key: str, value, ok, choices: tuple[str, ...]) -> str:
-    _text(path, key, value, choices[0])
+def _choice(path: Path, key: str, value: object, ok: Callable[[str], bool], choices: tuple[str, ...]) -> str:
+    value = _text(path, key, value, choices[0])  # (the same value, known to be text)
     if not ok(value):
         guess = closest(value, choices)
         hint = f"did you mean '{guess}'? " if guess else ""
@@ -153,17 +169,17 @@ def _choice(path: Path, key: str, value, ok, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _kind(value) -> str:
+def _kind(value: object) -> str:
     """``an integer``, ``a string``...: the TOML type of a value, for errors."""
     return {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table"}.get(
         type(value), f"a {type(value).__name__}")
 
 
-def _top_level(path: Path, data: dict) -> dict:
+def _top_level(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     """The typed top-level values (those given): booleans are TOML booleans, the seed an integer,
     the rest non-empty text from their choices; the attention kernel must run on the device."""
 
-    out: dict = {}
+    out: dict[str, Any] = {}
     if "description" in data:
         out["description"] = _text(path, "description", data["description"], "what the suite measures")
     if "model" in data:
@@ -198,7 +214,7 @@ def _top_level(path: Path, data: dict) -> dict:
     if "attn" in data:
         attn = _text(path, "attn", data["attn"], "sdpa")
         try:
-            check_attn(attn, out.get("device", "auto"), flag="attn =")
+            check_attn(attn, out.get("device", DEFAULT_DEVICE), flag="attn =")
         except UserError as exc:
             raise _bad(path, exc.what, exc.fix) from None
         out["attn"] = attn
@@ -207,7 +223,7 @@ def _top_level(path: Path, data: dict) -> dict:
 
 # ---- methods ------------------------------------------------------------------------------------
 
-def _methods(path: Path, entries) -> list:
+def _methods(path: Path, entries: object) -> list[MethodSetting]:
 
     if isinstance(entries, dict):
         raise _bad(path, "[methods] is one table", 'write each method as its own [[methods]] table (double brackets) with name = "..."')
@@ -215,7 +231,8 @@ def _methods(path: Path, entries) -> list:
         problem = "lists no method" if isinstance(entries, list) else f"is {_kind(entries)}, not [[methods]] tables"
         raise _bad(path, f"methods = {_toml(entries)} {problem}",
                    'write a [[methods]] table with name = "..." for each method, or leave methods out to run plain RoPE (none)')  # fmt: skip
-    out, seen = [], []  # seen: (entry number, setting)
+    out: list[MethodSetting] = []
+    seen: list[tuple[int, MethodSetting]] = []  # (entry number, setting)
     for i, entry in enumerate(entries):
         where = f"[[methods]] entry {i + 1}"
         if not isinstance(entry, dict):
@@ -243,12 +260,12 @@ def _methods(path: Path, entries) -> list:
     return out
 
 
-def _same(a, b) -> bool:
+def _same(a: MethodSetting, b: MethodSetting) -> bool:
     """The same computation, whatever the labels: it would run every cell twice."""
     return (a.name, a.params, a.logn) == (b.name, b.params, b.logn)
 
 
-def _section_methods(path: Path, where: str, wanted, methods: list) -> list:
+def _section_methods(path: Path, where: str, wanted: object, methods: list[MethodSetting]) -> list[MethodSetting]:
     if not isinstance(wanted, list) or not wanted:
         problem = "lists no method" if isinstance(wanted, list) else f"is {_kind(wanted)}, not a list of names"
         raise _bad(path, f"methods = {_toml(wanted)} in {where} {problem}",
@@ -267,7 +284,7 @@ def _section_methods(path: Path, where: str, wanted, methods: list) -> list:
     return chosen
 
 
-def _grid_list(path: Path, where: str, key: str, value) -> list:
+def _grid_list(path: Path, where: str, key: str, value: object) -> list[Any]:
     """``factors``/``lengths`` as a non-empty TOML list of numbers (lengths: or text such as "4k")."""
     example = "factors = [2, 4]" if key == "factors" else 'lengths = ["4k", "8k"]'
     if not isinstance(value, list) or not value:
@@ -281,7 +298,7 @@ def _grid_list(path: Path, where: str, key: str, value) -> list:
     return value
 
 
-def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
+def load_suite(path: str | os.PathLike[str], tasks: dict[str, Task] | None = None) -> Suite:
     """Read and validate a suite file; every problem is a :class:`UserError` naming file and key."""
 
     check_name_lengths(path, "suite file")  # a too-long name: one line, not a stat's traceback
@@ -326,7 +343,7 @@ def load_suite(path: str | Path, tasks: dict | None = None) -> Suite:
     return Suite(path=path, jobs=tuple(jobs), **top)
 
 
-def _parser(key: str):
+def _parser(key: str) -> Callable[[Any], list[Any]]:
 
     return parse_factors if key == "factors" else parse_lengths
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 from ctxbench.synthetic.config import METRIC, TOKENS_TO_GENERATE, VARIANTS, ruler_name
 from ctxbench.synthetic.haystack import NOISE, Haystack, load_haystack
 from ctxbench.synthetic.metrics import postprocess, score, string_match_all, string_match_part
-from ctxbench.synthetic.pieces import TooShort
-from ctxbench.synthetic.prompt import PROTOCOLS, SyntheticPrompt, build, min_length, resolve
+from ctxbench.synthetic.pieces import Prompt, TooShort
+from ctxbench.synthetic.prompt import PROTOCOLS, build, min_length, resolve
 
 __all__ = [
-    "METRIC", "NOISE", "PROTOCOLS", "TOKENS_TO_GENERATE", "VARIANTS", "Haystack", "SyntheticPrompt", "TooShort", "build",
+    "METRIC", "NOISE", "PROTOCOLS", "TOKENS_TO_GENERATE", "VARIANTS", "Haystack", "Prompt", "TooShort", "build",
     "load_haystack", "min_length", "postprocess", "resolve", "ruler_name", "score", "string_match_all",
     "string_match_part",
 ]

@@ -45,11 +45,11 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ctxbench.parsing import json_rows
 from ctxbench.synthetic.haystack import Haystack, sentences
-from ctxbench.synthetic.pieces import Frame, TooShort, encode
+from ctxbench.synthetic.pieces import Frame, Prompt, TooShort, encode
 
 VARIANTS = ("qa1", "qa2", "qa3", "qa4", "qa5")
 MAX_NEW_TOKENS = 20
@@ -328,15 +328,6 @@ def lenient(output: str, target: str) -> float:
 
 
 # -- prompts ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Prompt:
-    ids: tuple[int, ...]
-    answers: tuple[str, ...]
-    max_new_tokens: int
-    needle_positions: tuple[int, ...] = ()
-    extra: dict = field(default_factory=dict, hash=False)
 
 
 def formatted(variant: str, context: str, question: str, prompts: str = "current") -> str:

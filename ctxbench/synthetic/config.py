@@ -77,5 +77,6 @@ VARIANTS: dict[str, dict[str, dict]] = {
 
 
 def ruler_name(task: str, variant: str) -> str:
-    """RULER's config name (synthetic.yaml): ``niah_single_1``, ``vt``, ``cwe``, ``fwe``."""
-    return f"niah_{variant}" if task == "niah" else task
+    """RULER's config name (synthetic.yaml): ``niah_single_1``, ``vt``, ``cwe``, ``fwe``: the task,
+    with the variant where it has several."""
+    return f"{task}_{variant}" if len(VARIANTS[task]) > 1 else task

@@ -37,9 +37,8 @@ from __future__ import annotations
 import random
 import re
 import uuid
-from dataclasses import dataclass, field
 
-from ctxbench.synthetic.pieces import Frame, TooShort, encode
+from ctxbench.synthetic.pieces import Frame, Prompt, TooShort, encode
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n"
 NUMBER_NEEDLE = "The sequence of digits is {key}. Remember it. {key} is the sequence of digits.\n"
@@ -50,19 +49,6 @@ KV_INSTRUCTION = "Extract the value corresponding to the specified key in the JS
 KV_QUESTION = '\nKey: "{key}"\nThe value associated with the specified key is: '  # construct_synthetic_dataset.py: the input starts with a newline
 MAX_NEW_TOKENS = {"number_string": 12, "kv_retrieval": 50}  # eval_utils.py DATA_NAME_TO_MAX_NEW_TOKENS
 TEMPLATE = "{instruction}\n\n{context}\n\n{input}"  # prompt.py yarn_mistral_templates
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One trial: ``ids`` (prompt + ``max_new_tokens`` <= length), the expected ``answers`` (one),
-    the scorer's name and what was drawn (``extra``)."""
-
-    ids: tuple[int, ...]
-    answers: tuple[str, ...]
-    max_new_tokens: int
-    metric: str
-    needle_positions: tuple[int, ...] = ()
-    extra: dict = field(default_factory=dict, hash=False)
 
 
 # -- the source's draws -------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import random
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ctxbench.errors import UserError
 
@@ -42,6 +42,28 @@ def encode_many(tokenizer, texts: list[str]) -> list[list[int]]:
 def adds_bos(tokenizer) -> bool:
     bos = tokenizer.bos_token_id
     return bos is not None and tokenizer("a")["input_ids"][:1] == [bos]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One trial's prompt, whichever task built it (RULER's, BABILong's, InfiniteBench's, LongBench
+    v2's). ``ids``: the prompt, ending with the task's answer prefix; ``answers``: the expected
+    outputs, scored over at most ``max_new_tokens`` generated tokens, with ``metric`` where the task
+    has several scorers (RULER's, InfiniteBench's; "" where it has one). ``needle_positions``: token
+    offsets where the answer-bearing needles or chain lines start (empty where there are none).
+    ``shared_len``: ``ids[:shared_len]`` is the same for every trial and depth of the task, variant,
+    seed and length (0: nothing known to be shared). ``extra``: what was drawn and where it went.
+    ``choices``: a multiple-choice prompt's letters scored by their NLL, per letter ``(the tokens it
+    is scored after, its tokens)`` (LongBench v2's ``--mode nll``)."""
+
+    ids: tuple[int, ...]
+    answers: tuple[str, ...]
+    max_new_tokens: int
+    metric: str = ""
+    needle_positions: tuple[int, ...] = ()
+    shared_len: int = 0
+    extra: dict = field(default_factory=dict, hash=False)
+    choices: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = field(default=(), hash=False)
 
 
 @dataclass(frozen=True)

@@ -11,32 +11,13 @@ to its first trial-specific one (``shared_len``), and one KV cache can serve tha
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
 from ctxbench.errors import UserError, unknown
 from ctxbench.synthetic import config, cwe, fwe, niah, vt
 from ctxbench.synthetic.haystack import Haystack, load_haystack
-from ctxbench.synthetic.pieces import TooShort, frame
+from ctxbench.synthetic.pieces import Prompt, TooShort, frame
 
 BUILDERS = {"niah": niah.make, "vt": vt.make, "cwe": cwe.make, "fwe": fwe.make}
-
-
-@dataclass(frozen=True)
-class SyntheticPrompt:
-    """``ids``: the prompt (exactly the requested length under ``exact``; with ``max_new_tokens``
-    at most the length under ``ruler``), ending with RULER's answer prefix. ``answers``: the
-    expected outputs, scored with ``metric`` over at most ``max_new_tokens`` generated tokens.
-    ``needle_positions``: token offsets where the answer-bearing needles / chain lines start
-    (empty for cwe, fwe). ``shared_len``: ``ids[:shared_len]`` is the same for every trial and
-    depth of this task, variant, seed and length. ``extra``: what was drawn and where it went."""
-
-    ids: tuple[int, ...]
-    answers: tuple[str, ...]
-    max_new_tokens: int
-    metric: str
-    needle_positions: tuple[int, ...]
-    shared_len: int
-    extra: dict = field(default_factory=dict, hash=False)
 
 
 def resolve(task: str, variant: str | None) -> tuple[str, dict]:
@@ -55,7 +36,7 @@ PROTOCOLS = ("ruler", "exact")
 
 
 def build(task: str, variant: str | None, tokenizer, length: int, depth: float | None = None, seed: int = 0,
-          trial: int = 0, chat: bool = False, haystack: Haystack | None = None, protocol: str = "exact") -> SyntheticPrompt:
+          trial: int = 0, chat: bool = False, haystack: Haystack | None = None, protocol: str = "exact") -> Prompt:
     """A RULER prompt for ``length``.
 
     ``protocol="ruler"``: RULER's length accounting, prompt + the task's generation budget
@@ -76,7 +57,7 @@ def build(task: str, variant: str | None, tokenizer, length: int, depth: float |
         raise UserError(f"depth {depth} is outside [0, 1]", "0 puts the needle at the start of the haystack, 1 at its end")
     if length < 1:
         raise UserError(f"length {length} must be positive", "e.g. 4096")
-    if task == "niah" and cfg["type_haystack"] == "essay" and haystack is None:
+    if cfg.get("type_haystack") == "essay" and haystack is None:  # niah's essay variants
         haystack = load_haystack(None)
     base = f"ruler|{task}|{variant}|{seed}|{length}"
     trial_rng = random.Random(f"{base}|{depth!r}|{trial}")
@@ -89,9 +70,9 @@ def build(task: str, variant: str | None, tokenizer, length: int, depth: float |
     else:
         assert len(ids) == length, (task, variant, length, len(ids))
     extra = dict(made["extra"])
-    if haystack is not None and task == "niah" and cfg["type_haystack"] == "essay":
+    if haystack is not None and cfg.get("type_haystack") == "essay":
         extra["essay"] = {"name": haystack.name, "digest": haystack.digest}
-    return SyntheticPrompt(
+    return Prompt(
         ids=ids,
         answers=tuple(made["answers"]),
         max_new_tokens=config.TOKENS_TO_GENERATE[task],

@@ -56,8 +56,7 @@ from pathlib import Path
 
 from ctxbench.errors import UserError, unknown
 from ctxbench.parsing import refuse_wide
-from ctxbench.synthetic.pieces import Frame, TooShort, encode, frame
-from ctxbench.synthetic.prompt import SyntheticPrompt
+from ctxbench.synthetic.pieces import Frame, Prompt, TooShort, encode, frame
 
 # scripts/data/synthetic/constants.py, TASKS["qa"]
 TEMPLATE = (
@@ -396,7 +395,7 @@ def _quiet_long(tokenizer):
 
 
 def build_qa(data: QAData, tokenizer, length: int, seed: int = 0, trial: int = 0, chat: bool = False,
-             fr: Frame | None = None) -> SyntheticPrompt:
+             fr: Frame | None = None) -> Prompt:
     """Trial ``trial``'s prompt at ``length`` under RULER's accounting: the most documents whose
     prompt plus :data:`TOKENS_TO_GENERATE` fits within ``length`` (chat template and BOS counted).
     ``extra``: ``doc_ids`` (indices into ``data.docs`` in prompt order), ``docs`` (the count),
@@ -412,7 +411,7 @@ def build_qa(data: QAData, tokenizer, length: int, seed: int = 0, trial: int = 0
         return _build(data, tokenizer, length, seed, trial, fr)
 
 
-def _build(data: QAData, tokenizer, length: int, seed: int, trial: int, fr: Frame) -> SyntheticPrompt:
+def _build(data: QAData, tokenizer, length: int, seed: int, trial: int, fr: Frame) -> Prompt:
     q = data.questions[trial]
     draw = _Draw(data, q, _trial_rng(data, seed, length, trial))
     label = f"RULER {data.variant}"
@@ -472,7 +471,7 @@ def _build(data: QAData, tokenizer, length: int, seed: int, trial: int, fr: Fram
     order, ids, text = attempt(ok)
     assert len(ids) + budget <= length and bad == ok + 1 and not fits(bad), (length, ok, bad)
     positions = _gold_positions(tokenizer, fr, text, order, q, data)
-    return SyntheticPrompt(
+    return Prompt(
         ids=tuple(ids),
         answers=q.answers,
         max_new_tokens=budget,
@@ -514,7 +513,7 @@ class RulerStream:
     def __init__(self, data: QAData, tokenizer, length: int, seed: int, fr: Frame) -> None:
         self.data, self.tokenizer, self.length, self.seed, self.fr = data, tokenizer, length, seed, fr
         self.rng = random.Random(seed)  # RULER: random.seed(args.random_seed), the module's one stream
-        self.prompts: list[SyntheticPrompt] = []
+        self.prompts: list[Prompt] = []
         self.count: int | None = None
 
     def documents(self, index: int, num_docs: int) -> list[int]:
@@ -554,7 +553,7 @@ class RulerStream:
                 hi = mid - 1
         return best if best is not None else RULER_STEP
 
-    def prompt(self, trial: int) -> SyntheticPrompt:
+    def prompt(self, trial: int) -> Prompt:
         if not 0 <= trial < len(self.data.questions):
             raise UserError(f"trial {trial} asks question {trial + 1} but {self.data.name} has {len(self.data.questions)} answerable questions",
                             f"use --trials {len(self.data.questions)} or fewer")  # fmt: skip
@@ -565,7 +564,7 @@ class RulerStream:
                 self.prompts.append(self._sample(len(self.prompts)))
         return self.prompts[trial]
 
-    def _sample(self, index: int) -> SyntheticPrompt:
+    def _sample(self, index: int) -> Prompt:
         used, q = self.count, self.data.questions[index]
         while True:  # RULER: try the count, step down by 10 while it does not fit
             try:
@@ -582,7 +581,7 @@ class RulerStream:
             else:
                 need = len(self._ids(index, list(q.gold))[0]) + TOKENS_TO_GENERATE
                 raise TooShort(f"RULER {self.data.variant}", self.length, max(need, self.length + 1))
-        return SyntheticPrompt(
+        return Prompt(
             ids=tuple(ids), answers=q.answers, max_new_tokens=TOKENS_TO_GENERATE, metric=METRIC,
             needle_positions=_gold_positions(self.tokenizer, self.fr, text, order, q, self.data), shared_len=0,
             extra=dict(doc_ids=order, docs=len(order), gold_docs=[i + 1 for i, d in enumerate(order) if d in q.gold],

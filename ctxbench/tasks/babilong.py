@@ -101,9 +101,9 @@ def rows_of(spec: str, variant: str) -> tuple[dict, ...]:
 
 def _load(settings):
     """Generated: the haystack's digest and the recipe; published rows: their digest, per variant."""
-    from ctxbench.tasks.generated import _variants
+    from ctxbench.tasks.generated import prompt_variants
 
-    variants = _variants(SPEC, settings)
+    variants = prompt_variants(SPEC, settings)
     if settings.data:
         path = Path(settings.data).expanduser()
         if path.is_file() and len(variants) > 1:
@@ -154,9 +154,9 @@ def _check_row_length(tokenizer, record: dict, variant: str, length: int, trial:
 
 def _items(settings) -> dict[str, int]:
     """{variant: published rows} under ``--data`` (``--trials all`` runs each of them)."""
-    from ctxbench.tasks.generated import _variants
+    from ctxbench.tasks.generated import prompt_variants
 
-    return {v: len(rows_of(settings.data, v)) for v in _variants(SPEC, settings)} if settings.data else {}
+    return {v: len(rows_of(settings.data, v)) for v in prompt_variants(SPEC, settings)} if settings.data else {}
 
 
 def _forward(settings, length: int) -> int:

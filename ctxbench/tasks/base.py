@@ -258,7 +258,7 @@ class Task:
     # (`check_records`). ``X_lo``/``X_hi`` rows take ``X``'s domain and must hold ``X``.
     domains: dict = field(default_factory=dict)
 
-    def settled(self, lm, settings):
+    def settled(self, lm: Any, settings: Any) -> Any:
         """``settings`` with every model-dependent default decided (see ``settle``)."""
         return self.settle(lm, settings) if self.settle is not None else settings
 
@@ -284,15 +284,12 @@ class Task:
             return counts.get(cell.variant, 0) if cell is not None else max(counts.values(), default=0)
         return self.trials(settings) if self.trials is not None else 0
 
-    def shrunk(self, settings):
+    def shrunk(self, settings: Any) -> Any:
         """``settings`` to retry with after an out-of-memory error (unchanged when the task has no knob)."""
         return self.shrink(settings) if self.shrink is not None else settings
 
     def option_names(self) -> list[str]:
         return [o.name for o in self.options]
-
-    def field_names(self) -> set[str]:
-        return {f.name for f in dataclasses.fields(self.settings)}
 
     def identity(self, settings) -> dict:
         """The values of the options that are part of a cell's identity (JSON-ready, by name); an
@@ -457,7 +454,7 @@ def _bound_of(metric: str) -> tuple[str, str]:
 def domain_reason(record: dict, tasks: dict | None, domains: dict | None = None) -> str:
     """Why a row holds a number outside its domain (``ppl 0.5 is outside [1, inf) (a perplexity,
     ...)``), or ``""``: its metric's value (an interval bound takes its metric's domain), its
-    ``tokens`` and ``seconds``, and the numbers of its ``extra`` in `EXTRA_DOMAINS`.
+    columns in `COLUMN_DOMAINS` (``tokens``, ``seconds``), and the numbers of its ``extra`` in `EXTRA_DOMAINS`.
     ``domains``: the task's, when the caller has them at hand. Cheap (a few microseconds a row:
     readers call it on every row of a 100k-row file)."""
     domains = domains_of(record.get("task", ""), tasks) if domains is None else domains
@@ -466,7 +463,8 @@ def domain_reason(record: dict, tasks: dict | None, domains: dict | None = None)
     if domain is None and metric[-3:] in ("_lo", "_hi"):
         domain = domains.get(metric[:-3])
     why = _outside(metric, record.get("value"), domain) if domain is not None else ""
-    why = why or _outside("tokens", record.get("tokens"), COUNT) or _outside("seconds", record.get("seconds"), AMOUNT)
+    for column, d in COLUMN_DOMAINS.items():
+        why = why or _outside(column, record.get(column), d)
     text = record.get("extra") or ""
     if not why and _EXTRA_KEYS.search(text):  # parse only the rows that may hold one
         try:

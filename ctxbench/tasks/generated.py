@@ -137,7 +137,7 @@ def trials_of(spec: Spec, settings: Settings, variant: str) -> int:
     return spec.items(settings)[variant] if settings.trials == ALL else settings.trials
 
 
-def _variants(spec: Spec, settings: Settings) -> tuple[str, ...]:
+def prompt_variants(spec: Spec, settings: Settings) -> tuple[str, ...]:
     return settings.variants or spec.default_variants
 
 
@@ -148,7 +148,7 @@ def prepare(spec: Spec, lm, settings: Settings) -> Context:
     tok = thinking.prompt_tokenizer(lm.tokenizer, settings)
     fr = frame(tok, bool(settings.chat))
     ctx_state = {"lengths": lengths, "data": state, "frame": fr, "prompts": {}}
-    for variant in _variants(spec, settings):
+    for variant in prompt_variants(spec, settings):
         for n in lengths:
             try:
                 spec.build(tok, fr, variant, thinking.room(settings, n), 0, 0, state)
@@ -165,7 +165,7 @@ def prepare(spec: Spec, lm, settings: Settings) -> Context:
 def cells(spec: Spec, settings: Settings, ctx: Context) -> list[Cell]:
     return [
         Cell(spec.name, m, f, n, variant=v)
-        for v in _variants(spec, settings)
+        for v in prompt_variants(spec, settings)
         for m in settings.methods
         for f in factors_for(m, settings.factors)
         for n in ctx.state["lengths"]
@@ -183,7 +183,7 @@ def groups(todo: list[Cell], settings: Settings) -> list[list[Cell]]:
 def cost(spec: Spec, settings: Settings, trained_len: int) -> list[CostItem]:
     lengths = settings.lengths or default_lengths(trained_len)
     items = []
-    for variant in _variants(spec, settings):
+    for variant in prompt_variants(spec, settings):
         k = trials_of(spec, settings, variant) if settings.trials == ALL else most_trials(settings)
         for m in settings.methods:
             for f in factors_for(m, settings.factors):

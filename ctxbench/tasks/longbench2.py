@@ -33,13 +33,13 @@ import functools
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ctxbench.errors import UserError, unknown
 from ctxbench.parsing import split_list
 from ctxbench.synthetic import longbench2 as lb
-from ctxbench.synthetic.pieces import encode
+from ctxbench.synthetic.pieces import Prompt, encode
 from ctxbench.tasks import thinking
 from ctxbench.tasks.base import (
     FRACTION,
@@ -91,17 +91,6 @@ class Settings:
     prompt_mode: tuple[str, ...] | None = None  # onto chat (common.settle_mode)
     think_budget: int | None = None  # None: no budget (tasks.thinking); --mode generate only
     think_tags: tuple[str, str] | None = None
-
-
-@dataclass(frozen=True)
-class Prompt:
-    ids: tuple[int, ...]
-    answers: tuple[str, ...]
-    max_new_tokens: int
-    needle_positions: tuple[int, ...] = ()
-    extra: dict = field(default_factory=dict, hash=False)
-    # mc: per letter A-D, (the tokens it is scored after, its tokens)
-    choices: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = field(default=(), hash=False)
 
 
 def default_lengths(trained_len: int) -> list[int]:
@@ -362,7 +351,6 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
 def _mc_cells(lm, ctx: Context, prompts: dict):
     """Each trial's four letters scored after its prompt (one shared prefix per trial); trials the
     results file holds are kept (``ctx.kept``)."""
-    from ctxbench import backends
     from ctxbench.tasks.trials import decode_length
 
     kept = getattr(ctx, "kept", None) or {}
@@ -373,7 +361,7 @@ def _mc_cells(lm, ctx: Context, prompts: dict):
     if owner:
         flat = [prompts[c][t].choices[k][0] for c, t, k in owner]
         longest = max(len(prompts[c][t].choices[k][0]) + len(prompts[c][t].choices[k][1]) for c, t, k in owner)
-        with backends.session(lm, first.method, first.factor or 1.0, max(decode_length(first, [prompts[c][t] for c, t, _ in owner], 1), longest)) as engine:
+        with lm.session(first.method, first.factor or 1.0, max(decode_length(first, [prompts[c][t] for c, t, _ in owner], 1), longest)) as engine:
             for s in engine.scores(flat, [prompts[c][t].choices[k][1] for c, t, k in owner], share=first.method.causal):
                 c, t, k = owner[s.index]
                 nll[(c, t, k)] = float(s.nll.double().sum())

@@ -110,8 +110,10 @@ def _digits(value) -> int:
 
 
 @dataclass(frozen=True)
-class Prompt:
-    """Token ids of one passkey prompt; ``ids[:prefix_len]`` is the same for every key."""
+class PasskeyPrompt:
+    """Token ids of one passkey prompt; ``ids[:prefix_len]`` is the same for every key. Not the
+    other tasks' :class:`ctxbench.synthetic.pieces.Prompt`: it carries where the key sits, which
+    the answer and the shared prefixes are read from, and no answer text or scorer."""
 
     ids: tuple[int, ...]
     key: int
@@ -205,12 +207,14 @@ def fixed_tokens(tokenizer, digits: int = 5, chat: bool = False) -> int:
     return len(head) + len(_encode(tokenizer, INSTRUCTION + "\n")) + len(needle) + len(tail)
 
 
-def build_prompt(tokenizer, length: int, depth: float, key: int, chat: bool = False) -> Prompt:
+def build_prompt(tokenizer, length: int, depth: float, key: int, chat: bool = False, filler=None) -> PasskeyPrompt:
     """A passkey prompt of ``length`` tokens with the key at ``depth`` of the filler.
 
     Pieces are tokenised separately and concatenated, so the filler can be sized to the token
     and everything before the key is the same for every key. The needle is placed at the filler
-    sentence boundary nearest to ``depth``.
+    sentence boundary nearest to ``depth``. ``filler``: token ids to fill with instead of the
+    protocol's sentences (a document: ``ctxbench tune``'s needle objective), cut to fit, the needle
+    at the token nearest ``depth``.
     """
     if not 0 <= depth <= 1:
         raise UserError(f"depth {depth} is outside [0, 1]", "0 puts the key at the start of the filler, 1 at its end")
@@ -226,12 +230,16 @@ def build_prompt(tokenizer, length: int, depth: float, key: int, chat: bool = Fa
             f"length {length} is shorter than the passkey prompt's fixed text ({fixed} tokens)",
             f"use --len of at least {fixed + 1} (e.g. 1k)",
         )
-    filler, bounds = _filler(_sentences(tokenizer), room)
+    if filler is None:
+        filler, bounds = _filler(_sentences(tokenizer), room)
+    else:
+        filler = list(filler[:room])
+        bounds = range(len(filler) + 1)
     split = min(bounds, key=lambda b: abs(b - depth * room))
     before = intro + filler[:split] + needle_head
     ids = before + key_ids + needle_tail + filler[split:] + tail
     start = len(before)
-    return Prompt(ids=tuple(ids), key=key, key_span=(start, start + len(key_ids)), prefix_len=start, shared_len=len(intro) + split)
+    return PasskeyPrompt(ids=tuple(ids), key=key, key_span=(start, start + len(key_ids)), prefix_len=start, shared_len=len(intro) + split)
 
 
 def prepare(lm, settings: Settings) -> Context:
@@ -301,8 +309,8 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
                            seconds=round(seconds, 4), extra={"key": p.key, "needle_pos": p.needle_pos, "needle_depth": round(p.depth, 4)})  # fmt: skip
 
     # the key scored in each decoded trial's own prefill; before decoding, the trials that cannot be
-    scored = trials.answer_nlls(lm, ctx, prompts, _answer_ids, settings.max_new_tokens) if settings.metrics else {}
-    scoring = _answer_ids if settings.metrics else None
+    scored = trials.answer_nlls(lm, ctx, prompts, answer_ids, settings.max_new_tokens) if settings.metrics else {}
+    scoring = answer_ids if settings.metrics else None
     for cell, rows in trial_cells(lm, ctx, prompts, settings.max_new_tokens, measure, continuation=scoring,
                                   think=thinking.thinking_of(tok, settings), mode=mode_of_chat(settings.chat)):  # fmt: skip
         # one ``correct`` row per trial and the cell's ``accuracy`` with its trial count
@@ -321,7 +329,7 @@ def prompt_ids(lm, ctx: Context, settings: Settings, cell: Cell, trial: int) -> 
                         settings.chat).ids  # fmt: skip
 
 
-def _answer_ids(prompt: Prompt) -> tuple[int, ...]:
+def answer_ids(prompt: PasskeyPrompt) -> tuple[int, ...]:
     """The expected answer's tokens: the key as the needle line spells it (`` N``), which is also
     how it follows "The pass key is" at the prompt's end."""
     return prompt.ids[prompt.key_span[0] : prompt.key_span[1]]

@@ -267,7 +267,6 @@ def _summary(docs: list, seconds: float, pass_tokens: int, peak: float, mode: st
 
 def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """Score the documents of each cell of ``group``; yields each cell's measurements."""
-    from ctxbench import backends
     from ctxbench.model.measure import Measured
 
     st: State = ctx.state
@@ -280,7 +279,7 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
     cell = group[0]
     docs, seconds, peak, pass_tokens, kls = [], 0.0, 0.0, 0, {}
     sliding = cell.stride < cell.length
-    with backends.session(lm, cell.method, cell.factor or 1.0, cell.length) as engine:
+    with lm.session(cell.method, cell.factor or 1.0, cell.length) as engine:
         for i in st.chosen[cell.length]:
             ids = st.tokens[i] if sliding else st.tokens[i][: cell.length]
             with Measured(lm.device) as m:
@@ -337,7 +336,6 @@ def _proxy_rows(st: State, settings: Settings, n: int, indices: list, docs: list
 def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """One forward per document at the longest length it is selected for; shorter lengths
     read the prefix of its per-token losses (and of its KL per position)."""
-    from ctxbench import backends
     from ctxbench.model.measure import Measured
 
     lengths = sorted(c.length for c in group)
@@ -349,7 +347,7 @@ def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterat
     kls: dict = {}
     cost_of: dict[int, tuple[float, float, int]] = {}  # doc -> (seconds, peak MB, tokens)
     cell0 = group[0]
-    with backends.session(lm, cell0.method, cell0.factor or 1.0, max(lengths)) as engine:
+    with lm.session(cell0.method, cell0.factor or 1.0, max(lengths)) as engine:
         for i, n in sorted(need.items()):
             with Measured(lm.device) as m:
                 losses[i], hidden = _window(lm, engine, st.tokens[i][:n], settings)  # (n - 1,)
@@ -379,7 +377,7 @@ def plots(records: list[dict], directory) -> list:
     paths = []
     rows = ok_rows(records, "ppl", "ppl")
     bounds = {(r["model"], r["label"], factor_of(r), r["length"], r["metric"]): float(r["value"])
-              for r in records if r["task"] == "ppl" and r["metric"] in ("ppl_lo", "ppl_hi") and r["status"] == "ok"}  # fmt: skip
+              for r in records if r["task"] == NAME and r["metric"] in ("ppl_lo", "ppl_hi") and r["status"] == "ok"}  # fmt: skip
     for (model, factor), part in sorted(by_factor([r for r in rows if r["doc"] == "all"]).items()):
         labels = sorted({r["label"] for r in part})
         beside = len(labels) > 8  # a long legend inside the axes hides lines: put it beside them

@@ -148,13 +148,11 @@ class Reference:
         """Compute what ``metrics`` need for the documents ``{index: ids}`` not done yet."""
         import time
 
-        from ctxbench import backends
-
         todo = {i: ids for i, ids in docs.items() if ("longppl" in metrics and i not in self.keys) or ("kl" in metrics and i not in self.hidden)}
         if not todo:
             return
         trained = lm.geometry.trained_len
-        with backends.session(lm, resolve("none"), 1.0, max(len(ids) for ids in todo.values())) as unscaled:
+        with lm.session(resolve("none"), 1.0, max(len(ids) for ids in todo.values())) as unscaled:
             for i, ids in todo.items():
                 t0 = time.perf_counter()
                 if "longppl" in metrics and i not in self.keys:

@@ -169,7 +169,7 @@ def _depths(spec, settings: Settings) -> tuple:
     return settings.depths or DEFAULT_DEPTHS
 
 
-def _variants(spec, settings) -> tuple[str, ...]:
+def prompt_variants(spec, settings) -> tuple[str, ...]:
     return settings.variants or spec["variants"]
 
 
@@ -179,7 +179,7 @@ def prepare(spec, lm, settings: Settings) -> Context:
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
     haystack = haystack_of(settings.haystack) if spec["has_haystack"] else None
     tok = thinking.prompt_tokenizer(lm.tokenizer, settings)
-    for variant in _variants(spec, settings):
+    for variant in prompt_variants(spec, settings):
         for n in lengths:
             try:
                 build(spec["name"], variant, tok, thinking.room(settings, n), _depths(spec, settings)[0], 0, 0, settings.chat, haystack,
@@ -203,7 +203,7 @@ def cells(spec, settings: Settings, ctx: Context) -> list[Cell]:
     depths = _depths(spec, settings)
     return [
         Cell(spec["name"], m, f, n, depth=d, variant=v)
-        for v in _variants(spec, settings)
+        for v in prompt_variants(spec, settings)
         for m in settings.methods
         for f in factors_for(m, settings.factors)
         for n in lengths
@@ -227,7 +227,7 @@ def cost(spec, settings: Settings, trained_len: int) -> list[CostItem]:
     depths = [0.0 if not spec["has_depth"] else 0.5 if d is None else d for d in _depths(spec, settings)]
     steps = TOKENS_TO_GENERATE.get(spec["name"], 128) + thinking.reserve(settings)
     items = []
-    for _ in _variants(spec, settings):
+    for _ in prompt_variants(spec, settings):
         for m in settings.methods:
             for f in factors_for(m, settings.factors):
                 forwards, cached, counts = shared_prefix_cost(lengths, depths, most_trials(settings), share=m.causal)

@@ -209,7 +209,6 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, 
     is then ``(prompt, answer_tokens, seconds, nll, thought)``: the tokens after the reasoning
     (stripped here, by the tags' ids: :func:`ctxbench.model.thinking.split`) and what the row
     records of it."""
-    from ctxbench import backends
     from ctxbench.model.thinking import split
     from ctxbench.tasks.thinking import row_extra
 
@@ -222,7 +221,7 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, 
     done: dict = {}
     scored = continuation is not None and first.method.causal
     conts = [list(continuation(p)) for p in flat] if scored else None
-    with backends.session(lm, first.method, first.factor or 1.0, seq_len) as engine:
+    with lm.session(first.method, first.factor or 1.0, seq_len) as engine:
         stop = None if finished is None else (lambda i, new: finished(flat[i], new))
         more = {} if think is None else {"think": think}  # a plug-in backend written before thinking is asked as before
         for a in engine.answers([p.ids for p in flat], max_new_tokens, finished=stop, share=first.method.causal, continuations=conts, **more):
@@ -252,8 +251,6 @@ def answer_nlls(lm, ctx, prompts_by_cell: dict, continuation, max_new_tokens: in
     before decoding, with shared prefixes computed once (:func:`ctxbench.model.decoding.score_shared`),
     the method applied for the length decoding uses. Returns ``{cell: {trial: (mean NLL per answer
     token, answer tokens, seconds)}}``."""
-    from ctxbench import backends
-
     kept = getattr(ctx, "kept", None) or {}
     first = next(iter(prompts_by_cell))
 
@@ -267,7 +264,7 @@ def answer_nlls(lm, ctx, prompts_by_cell: dict, continuation, max_new_tokens: in
     if not owner:
         return out
     flat = [prompts_by_cell[cell][t] for cell, t in owner]
-    with backends.session(lm, first.method, first.factor or 1.0, decode_length(first, flat, max_new_tokens)) as engine:
+    with lm.session(first.method, first.factor or 1.0, decode_length(first, flat, max_new_tokens)) as engine:
         for s in engine.scores([p.ids for p in flat], [continuation(p) for p in flat], share=first.method.causal):
             cell, t = owner[s.index]
             out[cell][t] = (float(s.nll.double().mean()), int(s.nll.numel()), s.seconds)

@@ -1,11 +1,14 @@
 """What ``ctxbench tune`` minimises, from what ctxbench already computes on any backend.
 
+Each objective is one object (a :class:`Kind`) in :data:`OBJECTIVES`, which maps ``--objective``'s
+names to them; :class:`ModelObjective` runs any of them on a loaded model.
+
 * ``nll``: a document's mean NLL on its target positions past the trained length ``L`` in a window of
   the target's ``T`` tokens (the ``nll_beyond_L`` of :mod:`ctxbench.tasks.ppl`), from one forward
   (:meth:`ctxbench.backends.base.Session.token_nll`).
-* ``needle``: the teacher-forced NLL of a needle's answer (:meth:`Session.scores`, the answer-NLL
-  proxy of the retrieval tasks), the needle ("The special magic number is N.") placed at a depth of a
-  ``T``-token haystack made of the document, the question after it.
+* ``needle``: the teacher-forced NLL of a pass key (:meth:`Session.scores`, the answer-NLL proxy of
+  the retrieval tasks) in the passkey task's own prompt (:func:`ctxbench.tasks.passkey.build_prompt`)
+  of ``T`` tokens with the document as its filler, the key at one of five depths.
 * ``both``: the two, weighted equally: ``(nll + needle) / 2`` per document (one needle per document,
   at a depth its name's hash picks).
 
@@ -24,22 +27,29 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from ctxbench.errors import unknown
 
-OBJECTIVES = ("nll", "needle", "both")
+DEFAULT_OBJECTIVE = "nll"
 BLOCK = 512  # target positions per unit, the ppl task's loss-by-position bucket
 DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)  # needle depths per document (``needle``), as the niah task's default sweep
 
 
 def parse_objective(text: str) -> str:
+    """``--objective``'s value: a name in :data:`OBJECTIVES` (else did-you-mean, exit 2)."""
     name = str(text).strip().lower()
     if name not in OBJECTIVES:
         raise unknown("--objective", name, OBJECTIVES)
     return name
+
+
+def objective_kind(name: str) -> Kind:
+    """The objective ``--objective name`` picks (checked as :func:`parse_objective` checks it)."""
+    return OBJECTIVES[parse_objective(name)]
 
 
 @dataclass(frozen=True)
@@ -92,87 +102,170 @@ def _prefix_valid(setting) -> bool:
 
 @dataclass(frozen=True)
 class Needle:
-    """A needle: its prompt (haystack with the needle sentence at ``depth``, then the question) and
-    the answer's token ids."""
+    """A needle: its prompt (the passkey task's, the document as its filler) and the answer's token ids."""
 
     prompt: tuple[int, ...]
     answer: tuple[int, ...]
 
 
 def make_needle(tokenizer, hay, length: int, depth: float, key: int) -> Needle:
-    """A ``length``-token prompt from the haystack ids ``hay``: the needle sentence inserted at
-    ``depth`` (at a position rounded down to the haystack's own tokens), the question last."""
-    enc = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    needle = enc(f" The special magic number is {key}. ")
-    question = enc(" What is the special magic number mentioned in the text above? The special magic number is")
-    answer = tuple(enc(f" {key}."))
-    room = length - len(needle) - len(question)
-    hay = [int(t) for t in hay[:room]]
-    at = int(depth * len(hay))
-    return Needle(tuple(hay[:at] + needle + hay[at:] + question), answer)
+    """The passkey task's ``length``-token prompt (:func:`ctxbench.tasks.passkey.build_prompt`) with
+    the haystack ids ``hay`` as its filler, the key ``key`` at the token nearest ``depth`` of it; the
+    answer is the key as the task scores it (:func:`ctxbench.tasks.passkey.answer_ids`)."""
+    from ctxbench.tasks.passkey import answer_ids, build_prompt
+
+    prompt = build_prompt(tokenizer, length, depth, key, filler=[int(t) for t in hay[:length]])
+    return Needle(prompt.ids, answer_ids(prompt))
+
+
+Units = tuple[tuple[float, float], ...]
+
+
+class Kind(ABC):
+    """One objective, under its ``--objective`` name in :data:`OBJECTIVES`: the instances a document
+    gives, what one instance scores on a session, and what a plan prices for it."""
+
+    name: ClassVar[str]
+    per_document: ClassVar[int] = 1  # instances per document
+    # forwards of L/2 tokens the plan prices per instance beside its forward of T (ctxbench.tune.run.price)
+    half_forwards: ClassVar[int] = 0
+    needles: ClassVar[bool] = False  # whether its instances carry a needle (the passkey prompt: part of the data's identity)
+
+    @abstractmethod
+    def instances(self, doc: str, seed: int) -> tuple[tuple[str, float | None], ...]:
+        """``(instance, needle depth or None)`` of the document ``doc``, in order."""
+
+    def one_session(self, setting) -> bool:
+        """Whether every instance's guard comes out of the session of ``T`` tokens (else each takes a
+        session of ``L/2`` of its own: :meth:`ModelObjective.values`)."""
+        return _prefix_valid(setting)
+
+    @abstractmethod
+    def score(self, objective: ModelObjective, engine, instance: str, n: int, with_guard: bool) -> tuple[Units, Units]:
+        """``(units, guard)`` of ``instance`` on ``engine`` (a session of ``n`` tokens); ``guard`` empty
+        unless ``with_guard``."""
+
+    def data_digest(self, documents: str) -> str:
+        """The digest of what the objective reads: the documents' (``documents``), and with needles the
+        passkey prompt's template (:data:`ctxbench.tasks.passkey.TEMPLATE_DIGEST`), so a stored value of
+        another prompt is never read back as this one's."""
+        if not self.needles:
+            return documents
+        from ctxbench.tasks.passkey import TEMPLATE_DIGEST
+
+        return "sha256:" + hashlib.sha256(f"{documents}|{TEMPLATE_DIGEST}".encode()).hexdigest()[:16]
+
+
+class NllPastL(Kind):
+    """``nll``: the document's NLL per token past ``L`` in its first ``T`` tokens, in 512-position blocks."""
+
+    name = "nll"
+
+    def instances(self, doc: str, seed: int) -> tuple[tuple[str, float | None], ...]:
+        return ((doc, None),)
+
+    def score(self, objective: ModelObjective, engine, instance: str, n: int, with_guard: bool) -> tuple[Units, Units]:
+        nll = engine.token_nll(objective.tokens[objective.documents[instance]][:n], chunk=objective.chunk)  # (T - 1,)
+        guard = blocks(nll, 1, objective.trained // 2) if with_guard else ()
+        return blocks(nll, objective.trained, n), guard
+
+
+class NeedleAnswer(Kind):
+    """``needle``: the answer's NLL of a needle at each of :data:`DEPTHS` per document (one unit each);
+    the guard a forward of ``L/2`` in the same session."""
+
+    name = "needle"
+    per_document = len(DEPTHS)
+    half_forwards = 1
+    needles = True
+
+    def instances(self, doc: str, seed: int) -> tuple[tuple[str, float | None], ...]:
+        return tuple((f"{doc}@{depth:g}", depth) for depth in DEPTHS)
+
+    def one_session(self, setting) -> bool:
+        return True  # the needle's prompt and the guard are forwards of their own, in one session
+
+    def score(self, objective: ModelObjective, engine, instance: str, n: int, with_guard: bool) -> tuple[Units, Units]:
+        guard = objective.guard_units(engine, instance)
+        return (objective.answer_units(engine, instance),), guard
+
+
+class Both(NllPastL):
+    """``both``: ``nll`` and one needle per document (at a depth the document's name's hash picks),
+    weighted equally: the blocks scaled to half a unit in all, the answer the other half."""
+
+    name = "both"
+    half_forwards = 1
+    needles = True
+
+    def instances(self, doc: str, seed: int) -> tuple[tuple[str, float | None], ...]:
+        return ((doc, DEPTHS[int(hashlib.sha256(f"{seed}|{doc}".encode()).hexdigest(), 16) % len(DEPTHS)]),)
+
+    def score(self, objective: ModelObjective, engine, instance: str, n: int, with_guard: bool) -> tuple[Units, Units]:
+        units, guard = super().score(objective, engine, instance, n, with_guard)
+        tokens = sum(w for _, w in units)
+        answer, k = objective.answer_units(engine, instance)
+        return tuple((s / (2 * tokens), w / (2 * tokens)) for s, w in units) + ((answer / (2 * k), 0.5),), guard
+
+
+# The objectives by ``--objective`` name: the one place a name picks one.
+OBJECTIVES: dict[str, Kind] = {kind.name: kind for kind in (NllPastL(), NeedleAnswer(), Both())}
 
 
 class ModelObjective:
     """An :class:`Objective` on a loaded model (any backend): ``tokens`` ``{name: (n,) ids}`` of
-    documents of at least ``target`` tokens, reused by every trial (tokenised once)."""
+    documents of at least ``target`` tokens, reused by every trial (tokenised once); ``name`` the
+    objective's (:data:`OBJECTIVES`)."""
 
-    def __init__(self, lm, tokens: dict, target: int, name: str = "nll", chunk: int = 1024, seed: int = 0) -> None:
-        self.lm, self.tokens, self.target, self.name, self.chunk = lm, tokens, target, parse_objective(name), chunk
+    def __init__(self, lm, tokens: dict, target: int, name: str = DEFAULT_OBJECTIVE, chunk: int = 1024, seed: int = 0) -> None:
+        self.lm, self.tokens, self.target, self.chunk = lm, tokens, target, chunk
+        self.kind = objective_kind(name)
+        self.name = self.kind.name
         self.trained = lm.geometry.trained_len
-        self.needles: dict[str, tuple[str, Needle]] = {}  # instance -> (document, needle)
-        if self.name == "needle":
-            for doc in tokens:
-                for depth in DEPTHS:
-                    self.needles[f"{doc}@{depth:g}"] = (doc, self._needle(doc, depth, seed))
-        elif self.name == "both":
-            for doc in tokens:
-                depth = DEPTHS[int(hashlib.sha256(f"{seed}|{doc}".encode()).hexdigest(), 16) % len(DEPTHS)]
-                self.needles[doc] = (doc, self._needle(doc, depth, seed))
-        self.instances = tuple(self.needles) if self.name == "needle" else tuple(tokens)
+        self.documents: dict[str, str] = {}  # instance -> its document
+        self.needles: dict[str, Needle] = {}  # instance -> its needle (objectives with needles)
+        for doc in tokens:
+            for instance, depth in self.kind.instances(doc, seed):
+                self.documents[instance] = doc
+                if depth is not None:
+                    self.needles[instance] = self._needle(doc, depth, seed)
+        self.instances = tuple(self.documents)
 
     def _needle(self, doc: str, depth: float, seed: int) -> Needle:
         key = random.Random(f"{seed}|{doc}|{depth}").randrange(1_000_000, 10_000_000)
         return make_needle(self.lm.tokenizer, self.tokens[doc], self.target, depth, key)
 
     def values(self, setting, factor: float, instances, guard_only: bool = False) -> Iterator[Value]:
-        from ctxbench import backends
-
         half = self.trained // 2
         n = half if guard_only else self.target
-        if guard_only or _prefix_valid(setting) or self.name == "needle":
-            with backends.session(self.lm, setting, factor, n) as engine:
+        if guard_only or self.kind.one_session(setting):
+            with self.lm.session(setting, factor, n) as engine:
                 for name in instances:
                     yield self._value(engine, name, n, guard_only)
             return
         for name in instances:  # the guard needs a forward of its own at L/2
-            with backends.session(self.lm, setting, factor, n) as engine:
+            with self.lm.session(setting, factor, n) as engine:
                 v = self._value(engine, name, n, False, with_guard=False)
             t0 = time.perf_counter()
-            with backends.session(self.lm, setting, factor, half) as engine:
-                nll = engine.token_nll(self.tokens[name][:half], chunk=self.chunk)
-            yield Value(v.instance, v.units, blocks(nll, 1, half), v.seconds + time.perf_counter() - t0)
+            with self.lm.session(setting, factor, half) as engine:
+                guard = self.guard_units(engine, name)
+            yield Value(v.instance, v.units, guard, v.seconds + time.perf_counter() - t0)
 
     def _value(self, engine, name: str, n: int, guard_only: bool, with_guard: bool = True) -> Value:
-        half = self.trained // 2
         t0 = time.perf_counter()
-        doc = self.needles[name][0] if self.name == "needle" else name
-        if guard_only or self.name == "needle":
-            nll = engine.token_nll(self.tokens[doc][:half], chunk=self.chunk)  # (L/2 - 1,)
-            guard, units = blocks(nll, 1, half), ()
-            if not guard_only:
-                units = (self._answer(engine, name),)
-            return Value(name, units, guard, time.perf_counter() - t0)
-        nll = engine.token_nll(self.tokens[doc][:n], chunk=self.chunk)  # (T - 1,)
-        units = blocks(nll, self.trained, n)
-        guard = blocks(nll, 1, half) if with_guard else ()
-        if self.name == "both":  # equal weights: half the mean NLL past L, half the answer's
-            tokens = sum(w for _, w in units)
-            answer, k = self._answer(engine, name)
-            units = tuple((s / (2 * tokens), w / (2 * tokens)) for s, w in units) + ((answer / (2 * k), 0.5),)
+        if guard_only:
+            return Value(name, (), self.guard_units(engine, name), time.perf_counter() - t0)
+        units, guard = self.kind.score(self, engine, name, n, with_guard)
         return Value(name, units, guard, time.perf_counter() - t0)
 
-    def _answer(self, engine, name: str) -> tuple[float, float]:
+    def guard_units(self, engine, name: str) -> Units:
+        """The guard of instance ``name``: its document's first ``L/2`` tokens' NLL, by block."""
+        half = self.trained // 2
+        nll = engine.token_nll(self.tokens[self.documents[name]][:half], chunk=self.chunk)  # (L/2 - 1,)
+        return blocks(nll, 1, half)
+
+    def answer_units(self, engine, name: str) -> tuple[float, float]:
         """(summed answer NLL, answer tokens) of the instance's needle."""
-        needle = self.needles[name][1]
+        needle = self.needles[name]
         scored = next(iter(engine.scores([needle.prompt], [needle.answer])))
         return float(scored.nll.double().sum()), float(scored.nll.numel())

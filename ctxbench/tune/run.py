@@ -29,7 +29,7 @@ from ctxbench.errors import UserError
 from ctxbench.outfiles import replace_atomically, write_error
 from ctxbench.parsing import len_label
 from ctxbench.textsafe import csv_escape
-from ctxbench.tune.objective import parse_objective
+from ctxbench.tune.objective import DEFAULT_OBJECTIVE, objective_kind, parse_objective
 from ctxbench.tune.space import Space, space_for, split_instances
 from ctxbench.tune.store import OutLock, check_out
 
@@ -45,7 +45,7 @@ class TuneSettings:
     method: str
     target: int
     out: str
-    objective: str = "nll"
+    objective: str = DEFAULT_OBJECTIVE
     trials: int | None = None
     minutes: float | None = None
     guard: float = DEFAULT_GUARD
@@ -93,7 +93,7 @@ def check(settings: TuneSettings, config) -> Space:
     """Every check that needs no weights: the space (from the model's config: its trained length), the
     options, the output directory. Returns the space."""
     from ctxbench.methods import exportable
-    from ctxbench.methods.export import _engine
+    from ctxbench.methods.export import engine_name
     from ctxbench.model.files import load_geometry
 
     parse_objective(settings.objective)
@@ -110,7 +110,7 @@ def check(settings: TuneSettings, config) -> Space:
 
         if not has_optuna():
             raise UserError("--sampler tpe needs optuna", "pip install 'ctxbench[tune]', or use --sampler halving")
-    engine = _engine(settings.export) if settings.export is not None else None
+    engine = engine_name(settings.export) if settings.export is not None else None
     _check_enough_documents(settings)  # a local dataset read once: its column, and enough long documents
     if settings.docs < 2:
         raise UserError(f"--docs {settings.docs} must be >= 2 (one to tune on, one held out)", "e.g. --docs 4")
@@ -178,24 +178,36 @@ class Price:
 def price(space: Space, settings: TuneSettings, trials: int, docs: int, config) -> Price:
     """The whole search's cost before it starts: ``none`` at L/2 on the tuning documents, every trial
     on every tuning instance at T (no pruning assumed: the most it can take), the three contenders
-    on the held-out ones. Seconds from the plan's throughput (:func:`ctxbench.runner.costmodel.rate_for_plan`)."""
-    from ctxbench.model.size import Flops, model_size
-    from ctxbench.runner.costmodel import rate_for_plan
+    on the held-out ones; each instance a forward of T and the objective's forwards of L/2
+    (:attr:`ctxbench.tune.objective.Kind.half_forwards`). Priced as every plan is
+    (:func:`ctxbench.runner.costmodel.item_work` at the plan's throughput,
+    :func:`~ctxbench.runner.costmodel.rate_for_plan`): the searched method's attention at its path's
+    measured cost factor (:func:`~ctxbench.runner.costmodel.factors_for_plan`), ``none``'s as plain."""
+    from ctxbench.model.size import model_size
+    from ctxbench.runner.costmodel import factors_for_plan, item_work, rate_for_plan
+    from ctxbench.tasks.base import CostItem
 
+    kind = objective_kind(settings.objective)
     held = max(1, round(0.5 * docs))
     tune = docs - held
-    per_instance = 5 if settings.objective == "needle" else 1
     size = model_size(config.model, config.trust_remote_code)
     rate, basis, _ = rate_for_plan(config.device, config.dtype, config.model)
+    path = space.setting(space.defaults()).attention_path
+    factors = factors_for_plan(config.device, config.dtype, config.model, [path]) if rate and path else {}
+    if rate and path:
+        basis += (f"; {path} attention at {factors[path]:.2f}x a plain forward's (measured on this machine)" if path in factors
+                  else f"; {path} attention priced as plain (its cost factor is not measured yet)")  # fmt: skip
     t, half = space.target, space.trained // 2
 
-    def secs(work: Flops) -> float:
-        return rate.seconds(work) if rate else math.nan
+    def secs(n: int, path: str = "") -> float:  # one forward of n tokens on ``path``
+        return rate.seconds(item_work(CostItem(cells=1, forwards=(n,), path=path), size, factors)) if rate else math.nan
 
-    one_t = secs(size.forward_parts(t)) + (secs(size.forward_parts(half)) if settings.objective != "nll" else 0.0)
-    one_half = secs(size.forward_parts(half))
+    one_t = secs(t, path) + kind.half_forwards * secs(half, path)  # one instance of the searched method
+    one_plain = secs(t) + kind.half_forwards * secs(half)  # of the unscaled contender
+    per_instance = kind.per_document
     per_trial = tune * per_instance * one_t
-    fixed = tune * one_half + 3 * held * per_instance * one_t
+    # none at L/2 (the guard's reference), then the three contenders, the unscaled one on the plain path
+    fixed = tune * secs(half) + 3 * held * per_instance * one_t - held * per_instance * (one_t - one_plain)
     return Price(trials * tune * per_instance + 3 * held * per_instance, tune, fixed + trials * per_trial, per_trial, fixed,
                  basis, trials + 4)  # fmt: skip
 
@@ -237,9 +249,7 @@ def tune(settings: TuneSettings, config, console=None) -> TuneOutcome:
             return _tune(lm, space, settings, trials, out, console, start)
         finally:
             if loaded is None:
-                from ctxbench import backends
-
-                backends.of(lm).close(lm)  # what this search started (an engine), shut down with it
+                lm.close()  # what this search started (an engine), shut down with it
 
 
 def _documents(lm, settings: TuneSettings, target: int) -> tuple[dict, str]:
@@ -259,7 +269,6 @@ def _documents(lm, settings: TuneSettings, target: int) -> tuple[dict, str]:
 
 
 def _provenance(lm, settings: TuneSettings, space: Space, data_digest: str, sampler: str) -> dict:
-    from ctxbench import backends
     from ctxbench.version import __version__
 
     try:
@@ -272,7 +281,7 @@ def _provenance(lm, settings: TuneSettings, space: Space, data_digest: str, samp
     from ctxbench.runner.grid import new_run_id
 
     return {"run_id": new_run_id(), "model": lm.name, "model_digest": lm.digest, "data_digest": data_digest,
-            "backend": backends.of(lm).identity(lm), "device": str(lm.device), "dtype": str(lm.dtype),
+            "backend": lm.identity(), "device": str(lm.device), "dtype": str(lm.dtype),
             "method": space.method, "trained_len": space.trained, "target": space.target, "objective": settings.objective,
             "guard": settings.guard, "seed": settings.seed, "sampler": sampler, "ctxbench_version": __version__,
             "torch_version": tv, "transformers_version": xv}  # fmt: skip
@@ -288,12 +297,12 @@ def _tune(lm, space: Space, settings: TuneSettings, trials: int, out: Path, cons
     docs, data_digest = _documents(lm, settings, space.target)
     loading, start = __import__("time").monotonic() - start, __import__("time").monotonic()  # --minutes counts from here
     objective = ModelObjective(lm, docs, space.target, settings.objective, settings.chunk, settings.seed)
+    data_digest = objective.kind.data_digest(data_digest)  # with needles, the passkey prompt's template too
     sampler = settings.sampler if settings.sampler != "auto" else ("tpe" if has_optuna() else "halving")
     store = TrialsFile(out / "trials.csv", _provenance(lm, settings, space, data_digest, sampler), settings.resume)
     tune_docs, held_docs = split_instances(list(docs), settings.seed)
-    doc_of = objective.needles if objective.name == "needle" else {n: (n, None) for n in objective.instances}
-    tuning = [i for i in objective.instances if doc_of[i][0] in tune_docs]
-    held = [i for i in objective.instances if doc_of[i][0] in held_docs]
+    tuning = [i for i in objective.instances if objective.documents[i] in tune_docs]
+    held = [i for i in objective.instances if objective.documents[i] in held_docs]
     if console is not None:
         console.print(f"[dim]{len(docs)} documents of >= {len_label(space.target)} tokens: tuning on {', '.join(tune_docs)}; "
                       f"held out: {', '.join(held_docs)} (split by hash, seed {settings.seed})[/]", highlight=False)  # fmt: skip
@@ -449,7 +458,7 @@ def command_of(settings: TuneSettings, model: str, dtype: str) -> str:
         parts.append(f"--split {shlex.quote(settings.split)}")
     if settings.text_column != "text":
         parts.append(f"--text-column {shlex.quote(settings.text_column)}")
-    if settings.objective != "nll":
+    if settings.objective != DEFAULT_OBJECTIVE:
         parts.append(f"--objective {settings.objective}")
     if settings.trials is not None:
         parts.append(f"--budget {settings.trials}")
@@ -514,5 +523,3 @@ def show_plan(console, space: Space, settings: TuneSettings, trials: int, config
     console.print(f"plan: {trials} trial(s), published defaults first; at most {p.forwards_t} forwards at "
                   f"{len_label(space.target)} and {p.forwards_half} at {len_label(space.trained // 2)} (no pruning assumed): ~{minutes}"
                   + (f"; --minutes {settings.minutes:g} stops it sooner" if settings.minutes else ""), highlight=False)  # fmt: skip
-    if config.backend != "hf":
-        console.print(f"[dim]{config.backend}: about {p.engine_starts} engine start(s), one per trial and contender[/]", highlight=False)

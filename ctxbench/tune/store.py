@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ctxbench.errors import UserError
-from ctxbench.textsafe import csv_escape, csv_unescape
+from ctxbench.textsafe import csv_unescape
 from ctxbench.tune.objective import Value
 
 COLUMNS = [
@@ -158,22 +158,18 @@ class TrialsFile:
         """Add rows (with the provenance columns), each replacing an earlier row of the same place
         (:data:`ROW_KEY`: a resumed search's trial rows are not appended again), and rewrite the file
         atomically under its lock; rows another writer added since are kept."""
-        from ctxbench.results.store import _atomic_write, _locked
+        from ctxbench.results.store import as_strings, atomic_write, header_bytes, locked, serialize
 
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        full = [{**self.base, "time": stamp, **{k: _text(v) for k, v in r.items()}} for r in rows]
-        with _locked(self.path):
+        full = [{**self.base, "time": stamp, **as_strings(r)} for r in rows]
+        with locked(self.path):
             if self.path.exists():  # another writer's rows since we read: keep them
                 mine = {tuple(r.get(c, "") for c in COLUMNS) for r in self.rows}
                 self.rows += [r for r in _read_rows(self.path) if tuple(r.get(c, "") for c in COLUMNS) not in mine
                               and _written(r) not in self.dropped]  # fmt: skip
             new = {_key(r) for r in full}
             self.rows = [r for r in self.rows if _key(r) not in new] + full
-            buf = io.StringIO()
-            writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
-            writer.writeheader()
-            writer.writerows({c: csv_escape(r.get(c, "")) for c in COLUMNS} for r in self.rows)
-            _atomic_write(self.path, buf.getvalue().encode()).close()
+            atomic_write(self.path, header_bytes(COLUMNS) + serialize(self.rows, COLUMNS).encode()).close()
 
     def evaluation(self, split: str, trial, candidate: str, label: str, factor: float, params: str, value: Value) -> None:
         self.add([{"split": split, "kind": "instance", "trial": trial, "candidate": candidate, "label": label, "factor": factor,
@@ -181,13 +177,6 @@ class TrialsFile:
                    "guard_value": value.guard_value if value.guard else "", "tokens": sum(w for _, w in value.units),
                    "seconds": round(value.seconds, 3), "status": "ok", "units": json.dumps(value.units),
                    "guard_units": json.dumps(value.guard)}])  # fmt: skip
-
-def _text(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
 
 
 def evaluations_in(path: str | Path) -> int:

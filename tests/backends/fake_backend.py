@@ -12,27 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ctxbench.backends.base import Engine
+
 NAME = "fake"
-
-
-@dataclass
-class FakeModel:
-    hf: object  # a ctxbench.model.load.LoadedModel
-    tokenizer: object
-    geometry: object
-    name: str
-    digest: str
-    device: str = "cpu"
-    dtype: str = "float32"
-    backend: str = NAME
-    dtype_note: str = ""
-    reserved: int = 0
-    starts: list = field(default_factory=list)
-    closed: int = 0
-
-
-def wrap(hf) -> FakeModel:
-    return FakeModel(hf, hf.tokenizer, hf.geometry, hf.name, hf.digest)
 
 
 def check(methods, metrics, config) -> None:
@@ -43,60 +25,59 @@ def load(config):
     raise NotImplementedError("built by the test from a loaded tiny model")
 
 
-def identity(lm) -> str:
-    return "fake 0"
+@dataclass
+class FakeEngine(Engine):
+    hf: object  # a ctxbench.backends.hf.HfEngine
+    tokenizer: object
+    geometry: object
+    name: str
+    digest: str
+    device: str = "cpu"
+    dtype: str = "float32"
+    dtype_note: str = ""
+    reserved: int = 0
+    starts: list = field(default_factory=list)
+    closed: int = 0
+
+    def identity(self) -> str:
+        return "fake 0"
+
+    @contextlib.contextmanager
+    def session(self, method, factor: float, seq_len: int):
+        from ctxbench.methods.patching import applied
+
+        self.starts.append((method.label, factor))
+        with applied(self.hf.model, self.geometry, method, factor, seq_len):
+            yield FakeSession(self)
+
+    def size(self):
+        from ctxbench.model.size import size_of
+
+        return size_of(self.hf)
+
+    def num_layers(self) -> int | None:
+        return self.hf.model.config.num_hidden_layers
+
+    def reserve(self, longest: int) -> None:
+        self.reserved = longest
+
+    def engine_starts(self, cells) -> int:
+        return len({(c.method, c.factor) for c in cells})
+
+    def start_seconds(self) -> list[float]:
+        return [0.0 for _ in self.starts]
+
+    def close(self) -> None:
+        self.closed += 1
 
 
-def check_layouts(lm, jobs) -> None:
-    pass
-
-
-def check_cells(lm, jobs, contexts) -> None:
-    pass
-
-
-def num_layers(lm) -> int | None:
-    return lm.hf.model.config.num_hidden_layers
-
-
-def size(lm):
-    from ctxbench.model.size import size_of
-
-    return size_of(lm.hf)
-
-
-def own_attention(lm) -> str:
-    return ""
-
-
-def reserve(lm, longest: int) -> None:
-    lm.reserved = longest
-
-
-def engine_starts(lm, cells) -> int:
-    return len({(c.method, c.factor) for c in cells})
-
-
-def start_seconds(lm) -> list[float]:
-    return [0.0 for _ in lm.starts]
-
-
-def calibration(lm):
-    return None
-
-
-@contextlib.contextmanager
-def watch(lm, advance):
-    yield False
-
-
-def close(lm) -> None:
-    lm.closed += 1
+def wrap(hf) -> FakeEngine:
+    return FakeEngine(hf, hf.tokenizer, hf.geometry, hf.name, hf.digest)
 
 
 @dataclass(frozen=True)
 class FakeSession:
-    lm: FakeModel
+    lm: FakeEngine
 
     @torch.inference_mode()
     def _logp(self, ids: list[int]):
@@ -145,11 +126,3 @@ class FakeSession:
     def kl_from_hidden(self, reference, hidden, chunk: int = 1024):
         raise NotImplementedError
 
-
-@contextlib.contextmanager
-def session(lm, method, factor: float, seq_len: int):
-    from ctxbench.methods.patching import applied
-
-    lm.starts.append((method.label, factor))
-    with applied(lm.hf.model, lm.geometry, method, factor, seq_len):
-        yield FakeSession(lm)

@@ -207,7 +207,7 @@ def test_each_architecture_computes_on_vllm_what_transformers_does(name, checkpo
     """``native`` and ``yarn`` x2 at 512 tokens, float32: the engine check passes (an engine that computed
     another table is refused when it starts), perplexity within 1% and the answer NLL within 5%."""
     from ctxbench.backends import vllm
-    from ctxbench.model.load import load
+    from ctxbench.backends.hf import load_model as load
     from ctxbench.report.parity import RTOL
     from ctxbench.runner.grid import ModelConfig
 

@@ -10,9 +10,9 @@ import transformers
 from helpers import save_with_tokenizer, tiny_llama
 
 from ctxbench.backends import vllm
+from ctxbench.backends.hf import load_model as load
 from ctxbench.model.decoding import stop_tokens
 from ctxbench.model.describe import describe
-from ctxbench.model.load import load
 from ctxbench.runner.grid import ModelConfig
 
 

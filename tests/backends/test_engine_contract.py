@@ -1,11 +1,12 @@
 """One contract, every backend: transformers (``hf``), vLLM (through a fake engine that answers as
 vLLM's API does, :mod:`test_engine_mapping`) and a test fake that computes every number the plain,
 obviously-correct way (one whole forward per scored token, :mod:`fake_backend`). Each implements all
-of :class:`ctxbench.backends.base.Backend`, runs through the runner's one path (``execute``), and
+of :class:`ctxbench.backends.base.Engine`, runs through the runner's one path (``execute``), and
 gives the fake's numbers. A new engine is one module plus its entry in ``ENGINES`` below."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 import fake_backend
@@ -13,7 +14,7 @@ import pytest
 from test_engine_mapping import FakeVllm
 
 from ctxbench import backends
-from ctxbench.backends.base import Backend, Session
+from ctxbench.backends.base import BackendModule, Engine, Session
 from ctxbench.methods import resolve
 from ctxbench.model.decoding import stop_tokens
 from ctxbench.runner.grid import Job, execute
@@ -41,21 +42,33 @@ def _parameters(sig: inspect.Signature, drop_self: bool) -> list[str]:
 MODULES = [*(backends.BACKENDS.values()), "fake_backend"]
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_every_backend_module_implements_every_member_of_the_backend_protocol(module):
-    import importlib
+def _own(mod, base) -> list[type]:
+    """The subclasses of ``base`` a module defines."""
+    return [v for v in vars(mod).values() if inspect.isclass(v) and issubclass(v, base) and v is not base and v.__module__ == mod.__name__]
 
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_backend_module_gives_its_name_a_check_and_a_load(module):
     mod = importlib.import_module(module)
-    for name, sig in _members(Backend).items():
+    for name, sig in _members(BackendModule).items():
         assert hasattr(mod, name), f"{module} lacks {name}"
         if sig is not None:
             assert _parameters(inspect.signature(getattr(mod, name)), False) == _parameters(sig, True), (module, name)
+    assert backends.BACKENDS.get(mod.NAME, "fake_backend") == module
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_backend_defines_one_engine_that_implements_the_base_class(module):
+    mod = importlib.import_module(module)
+    [engine] = _own(mod, Engine)
+    assert not engine.__abstractmethods__, f"{module}'s engine leaves {sorted(engine.__abstractmethods__)} abstract"
+    for name, value in vars(Engine).items():
+        if inspect.isfunction(value) and not name.startswith("_"):  # an override keeps the base's parameters
+            assert _parameters(inspect.signature(getattr(engine, name)), True) == _parameters(inspect.signature(value), True), (module, name)
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_every_backends_session_implements_every_member_of_the_session_protocol(module):
-    import importlib
-
     mod = importlib.import_module(module)
     sessions = [v for v in vars(mod).values() if inspect.isclass(v) and v.__name__.endswith("Session") and v.__module__ == mod.__name__]
     assert len(sessions) == 1, module
@@ -114,17 +127,20 @@ def test_passkey_scores_and_answer_nll_equal_the_reference(engine, reference):
 
 
 def test_rows_carry_the_backends_identity_and_the_run_reports_its_engine_starts(engine, corpus_dir):
-    backend = backends.of(engine)
     outcome = execute([Job(get("ppl"), _ppl(corpus_dir))], engine)
-    assert {r["backend"] for r in outcome.records} == {backend.identity(engine)}
-    assert outcome.engine_starts == backend.start_seconds(engine)
+    assert {r["backend"] for r in outcome.records} == {engine.identity()}
+    assert outcome.engine_starts == engine.start_seconds()
     assert all(s >= 0 for s in outcome.engine_starts)
 
 
 def test_close_can_be_called_twice_and_watch_yields_whether_it_reports(engine):
-    backend = backends.of(engine)
     seen = []
-    with backend.watch(engine, seen.append) as reports:
+    with engine.watch(seen.append) as reports:
         assert isinstance(reports, bool)
-    backend.close(engine)
-    backend.close(engine)
+    engine.close()
+    engine.close()
+
+
+def test_every_engine_is_an_engine_and_names_itself_in_its_rows(engine):
+    assert isinstance(engine, Engine)
+    assert engine.identity() and engine.identity().split(" ")[0] in (*backends.BACKENDS, "fake")

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import run_settings
 
-from ctxbench.backends.vllm import VllmModel
+from ctxbench.backends.vllm import VllmEngine
 from ctxbench.methods import resolve
 from ctxbench.model.decoding import stop_tokens
 from ctxbench.tasks import passkey, ppl
@@ -48,7 +48,7 @@ class FakeEngine:
         return outs
 
 
-class FakeVllm(VllmModel):
+class FakeVllm(VllmEngine):
     def engine(self, method, factor, seq_len):
         self.starts.append(((method.label, factor, seq_len), 0.0))  # (key, seconds), as a real start
         return FakeEngine(self.hf, method, factor, seq_len)

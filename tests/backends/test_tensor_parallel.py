@@ -97,8 +97,8 @@ def test_two_workers_run_checked_and_give_transformers_numbers(tmp_path):
 
     import ctxbench
     from ctxbench.backends import vllm
+    from ctxbench.backends.hf import load_model as load
     from ctxbench.backends.vllm import engine_settings, start_engine
-    from ctxbench.model.load import load
     from ctxbench.report.parity import RTOL
     from ctxbench.runner.grid import ModelConfig
 

@@ -1,50 +1,33 @@
-"""Public module paths from 0.1 keep working for one release: plug-ins and scripts written against
-them still import, get the very module it became, and are told where it went."""
+"""0.2 keeps one import path per name: the 0.1 module paths are gone, and the CHANGELOG names the
+module each became (a plug-in written against 0.1 finds its new import there)."""
 
 import importlib
+import re
 import subprocess
 import sys
-import warnings
 
 import pytest
+from helpers import ROOT
 
-from ctxbench._compat import MOVED
-
-# What the 0.1 writing-a-task guide and the example plug-in imported.
-GUIDE_NAMES = [
-    ("ctxbench.patching", "applied"),
-    ("ctxbench.decoding", "decode_shared"),
-    ("ctxbench.decoding", "score_shared"),
-    ("ctxbench.scoring", "token_nll"),
-    ("ctxbench.plots", "depth_heatmaps"),
-    ("ctxbench.data", "load_corpus"),
-    ("ctxbench.data", "Tokenized"),
-    ("ctxbench.tasks.common", "accuracy_rows"),
-    ("ctxbench.tasks.common", "answer_cells"),
-    ("ctxbench.tasks.common", "trial_cells"),
-    ("ctxbench.tasks.common", "parse_positive_int"),
-    ("ctxbench.tasks.common", "factors_for"),
-    ("ctxbench.results", "Row"),
-    ("ctxbench.methods", "resolve"),
-    ("ctxbench.tasks.base", "Measurement"),
-]
+MOVED_ROW = re.compile(r"^\s*\| `(ctxbench\.[\w.]+)` \| `(ctxbench\.[\w.]+)` \|$")
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_an_old_module_path_is_the_moved_module_with_a_warning(old):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        sys.modules.pop(old, None)
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(MOVED[old])
-    assert any(issubclass(w.category, DeprecationWarning) and MOVED[old] in str(w.message) for w in caught)
+def moved() -> dict[str, str]:
+    """The CHANGELOG's table of 0.1 paths and their 0.2 homes."""
+    text = (ROOT / "CHANGELOG.md").read_text()
+    return dict(m.groups() for line in text.splitlines() if (m := MOVED_ROW.match(line)))
 
 
-@pytest.mark.parametrize(("module", "name"), GUIDE_NAMES)
-def test_a_name_plugins_imported_in_0_1_still_imports(module, name):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        assert hasattr(importlib.import_module(module), name)
+def test_the_changelog_lists_the_27_old_paths():
+    assert len(moved()) == 27
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(moved().items()))
+def test_an_old_module_path_no_longer_imports_and_its_new_home_does(old, new):
+    sys.modules.pop(old, None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
+    importlib.import_module(new)
 
 
 @pytest.mark.integration

@@ -573,11 +573,11 @@ def test_a_model_folders_manifest_that_is_not_a_file_is_a_bad_entry(work, poison
 
 
 def _engine_lm(make_engine, device="cpu", tensor_parallel=1):
-    from ctxbench.backends.vllm import VllmModel
+    from ctxbench.backends.vllm import VllmEngine
     from ctxbench.model.geometry import RopeGeometry
 
     geom = RopeGeometry(head_dim=64, rotary_dim=64, base=10000.0, trained_len=2048)
-    return VllmModel(tokenizer=None, geometry=geom, name="m", digest="d", device=device, dtype="bfloat16", checkpoint="ckpt", stop=(),
+    return VllmEngine(tokenizer=None, geometry=geom, name="m", digest="d", device=device, dtype="bfloat16", checkpoint="ckpt", stop=(),
                      engine_version="fake", tensor_parallel=tensor_parallel, make_engine=make_engine)  # fmt: skip
 
 
@@ -627,13 +627,13 @@ def test_an_engine_failure_ctxbench_does_not_know_is_kept_as_it_is():
 
 
 def test_tensor_parallel_against_the_heads_is_refused_from_the_config_before_the_engine(tmp_path):
-    from ctxbench.runner.settings import check_tensor_parallel
+    from ctxbench.backends.vllm import check_heads
 
     (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 9}))
     with pytest.raises(UserError) as info:
-        check_tensor_parallel(2, "vllm", str(tmp_path))
+        check_heads(2, str(tmp_path), False)
     assert "9 attention heads do not divide among 2 GPUs" in info.value.what and "--tensor-parallel 1" in info.value.fix
-    assert check_tensor_parallel(3, "vllm", str(tmp_path)) == 3
+    check_heads(3, str(tmp_path), False)
 
 
 # ---- messages that name the input at fault, shortened, with a fix that passes --------------------

@@ -110,14 +110,16 @@ def test_vllm_overrides_carry_the_transformers_rope_parameters(method, params):
 
 
 def ggml_rope(flags: list[str], n_dims: int) -> tuple[np.ndarray, float]:
-    """Effective (inv_freq, cos/sin scale) of llama.cpp's flags, written from ggml's rope_yarn in float64."""
+    """Effective (inv_freq, cos/sin scale) of llama.cpp's flags, written from ggml's rope_yarn in float64
+    and llama_context's yarn_attn_factor (src/llama-context.cpp: under yarn it is always
+    ``get_mscale(s) / (1 + 0.1 ln s)``, whatever --yarn-attn-factor says, and ggml multiplies ``1 + 0.1 ln s`` back)."""
     f = dict(zip(flags[::2], flags[1::2], strict=True))
     base = float(f["--rope-freq-base"])
     freq_scale = 1 / float(f.get("--rope-scale", 1))
     theta = np.array([base ** (-2.0 * i / n_dims) for i in range(n_dims // 2)])
     if f["--rope-scaling"] != "yarn":
         return theta * freq_scale, 1.0
-    ext, attn = float(f["--yarn-ext-factor"]), float(f["--yarn-attn-factor"])
+    ext = float(f["--yarn-ext-factor"])
     orig = float(f["--yarn-orig-ctx"])
 
     def corr_dim(rot):
@@ -130,12 +132,11 @@ def ggml_rope(flags: list[str], n_dims: int) -> tuple[np.ndarray, float]:
         y = (i - low) / max(0.001, high - low)
         ramp_mix = (1 - min(1.0, max(0.0, y))) * ext
         out.append(theta[i] * freq_scale * (1 - ramp_mix) + theta[i] * ramp_mix)
-    return np.array(out), attn * (1 + 0.1 * math.log(1 / freq_scale))
+    return np.array(out), 1 + 0.1 * math.log(1 / freq_scale)
 
 
 @pytest.mark.parametrize("method,params", [("none", None), ("linear", None), ("ntk", None), ("theta", {"theta": 5e5}),
-                                           ("ntk-alpha", {"scaling_alpha": 50.0}), ("yarn", None), ("yarn", {"beta_fast": 16, "beta_slow": 2}),
-                                           ("yarn", {"attention_factor": 1.3})])  # fmt: skip
+                                           ("ntk-alpha", {"scaling_alpha": 50.0}), ("yarn", None), ("yarn", {"beta_fast": 16, "beta_slow": 2})])  # fmt: skip
 @pytest.mark.parametrize("d,base,L,s", [(128, 1e4, 4096, 4.0), (64, 5e5, 8192, 16.0), (80, 1e5, 2048, 2.5)])
 def test_llamacpp_flags_give_ctxbenchs_frequencies_and_scale(method, params, d, base, L, s):
     flags = export(method, s, "llamacpp", head_dim=d, base=base, trained_len=L, params=params).split()
@@ -177,6 +178,7 @@ def test_a_method_an_engine_lacks_is_one_user_error_naming_what_it_supports(engi
     (dict(method="yarn", to="vllm"), "export needs a geometry"),
     (dict(method="yarn", to="vllm", params={"beta": 3}, **GEOM), "unknown parameter 'beta'"),
     (dict(method="yarn", to="llamacpp", params={"truncate": False}, **GEOM), "llamacpp cannot express yarn with truncate=false"),
+    (dict(method="yarn", to="llamacpp", params={"attention_factor": 1.3}, **GEOM), "llamacpp cannot express yarn with attention_factor=1.3"),
     (dict(method="theta", to="transformers", **GEOM), "method .theta. needs parameter theta"),
     (dict(method="longrope", to="transformers", **GEOM), "longrope needs per-pair rescale factors"),
 ])  # fmt: skip

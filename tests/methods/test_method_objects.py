@@ -43,8 +43,9 @@ PACKAGE = ROOT / "ctxbench"
 REGISTRY_MODULES = tuple(PACKAGE / "methods" / f"{m}.py" for m in ("params", "frequencies", "branches", "native", "engines", "registry", "setting"))
 # Modules that read transformers' own vocabulary, whose rope types share names with ctxbench's
 # methods without being them: configcheck checks a config.json's "rope_type" against the types
-# transformers computes (and their required keys), never to pick a ctxbench method.
-VOCABULARY_MODULES = (PACKAGE / "model" / "configcheck.py",)
+# transformers computes (and their required keys), never to pick a ctxbench method. The llama.cpp
+# backend maps llama.cpp's own --rope-scaling names (none, linear, yarn) to its enum values.
+VOCABULARY_MODULES = (PACKAGE / "model" / "configcheck.py", PACKAGE / "backends" / "llamacpp.py")
 NAMES = frozenset(METHODS) | frozenset(ALIASES)
 GEOM = dict(head_dim=16, base=10000.0, trained_len=64)
 

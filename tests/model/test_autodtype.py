@@ -159,7 +159,7 @@ def test_a_row_of_an_auto_run_records_the_dtype_that_ran(timing, dtype, tmp_path
 def test_a_loaded_model_is_in_the_dtype_auto_chose(tmp_path, monkeypatch):
     import torch
 
-    from ctxbench.model.load import load
+    from ctxbench.backends.hf import load_model as load
 
     model = save_with_tokenizer(tiny_llama(), tmp_path / "tiny")
     monkeypatch.setattr(autodtype, "parity_for", lambda spec: HELD)

@@ -24,12 +24,13 @@ from helpers import byte_tokenizer, save_with_tokenizer, tiny_llama
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
+from ctxbench.backends.hf import wrap
 from ctxbench.methods.setting import resolve
 from ctxbench.model.autodtype import PROBES, cached_probe, probe, probe_key
 from ctxbench.model.cache import MANIFEST, digest, seal_dir
-from ctxbench.model.files import DIGESTS, GEOMETRY, _file_key, file_digest, load_config, load_geometry
+from ctxbench.model.files import DIGESTS, GEOMETRY, file_digest, file_key, load_config, load_geometry
 from ctxbench.model.geometry import RopeGeometry
-from ctxbench.model.load import MODEL_SCHEMA, _save_dequantised, _verified_model, wrap
+from ctxbench.model.load import MODEL_SCHEMA, _save_dequantised, verified_model
 from ctxbench.model.size import SIZES, ModelSize, model_size
 from ctxbench.runner.costmodel import (
     DEFAULT_CPU,
@@ -108,19 +109,19 @@ def _factor_key(env) -> str:
 
 KINDS = {
     "digests": JsonKind(
-        "digests", DIGESTS, lambda env: _file_key(_weights(env)), lambda env: file_digest(_weights(env)),
+        "digests", DIGESTS, lambda env: file_key(_weights(env)), lambda env: file_digest(_weights(env)),
         lambda env: file_digest(_weights(env)),
         lambda env: "sha256:" + hashlib.sha256(_weights(env).read_bytes()).hexdigest()[:16],
         lambda value: "sha256:" + "0" * 16,
     ),
     "geometry": JsonKind(
-        "geometry", GEOMETRY, lambda env: _file_key(env["model"] / "config.json"),
+        "geometry", GEOMETRY, lambda env: file_key(env["model"] / "config.json"),
         lambda env: load_geometry(str(env["model"])), lambda env: load_geometry(str(env["model"])),
         lambda env: RopeGeometry.from_config(load_config(str(env["model"]))),
         lambda value: {**value, "base": value["base"] * 2},
     ),
     "sizes": JsonKind(
-        "sizes", SIZES, lambda env: _file_key(env["model"] / "config.json"),
+        "sizes", SIZES, lambda env: file_key(env["model"] / "config.json"),
         lambda env: model_size(str(env["model"])), lambda env: model_size(str(env["model"])),
         lambda env: ModelSize.from_config(load_config(str(env["model"])), str(env["model"])),
         lambda value: {**value, "layers": value["layers"] + 10},
@@ -521,7 +522,7 @@ def test_the_dequantised_cache_is_a_checkpoint_plain_transformers_reads(env, cap
     with safe_open(str(target / "model.safetensors"), "pt") as f:
         assert "model.embed_tokens.weight" in set(f.keys())
     assert json.loads((target / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
-    assert _verified_model(target)
+    assert verified_model(target)
     _silent(capsys)
     assert torch.equal(_logits(target), _reference_logits())
 
@@ -529,11 +530,12 @@ def test_the_dequantised_cache_is_a_checkpoint_plain_transformers_reads(env, cap
 def test_load_uses_a_verified_dequantised_entry(env, capsys):
     """The load path itself: the tiny model sealed into the default model's slot is what
     ``load("smollm2-135m")`` returns, without dequantising the GGUF file."""
+    from ctxbench.backends.hf import load_model as load
     from ctxbench.model.files import locate
-    from ctxbench.model.load import _dequantised, load
+    from ctxbench.model.load import dequantised_path
 
     _, path, gguf = locate("smollm2-135m")
-    slot = _dequantised(path / gguf, torch.float32)
+    slot = dequantised_path(path / gguf, torch.float32)
     slot.parent.mkdir(parents=True, exist_ok=True)
     _save_dequantised(_tied(), env["tokenizer"], slot)
     lm = load("smollm2-135m", device="cpu", dtype="float32")
@@ -619,10 +621,10 @@ def test_a_poisoned_dequantised_model_is_noted_removed_and_rebuilt(env, poison_n
     target = _entry(env)
     capsys.readouterr()
     MODEL_POISONS[poison_name](env, target)
-    assert not _verified_model(target)  # no exception, and not used
+    assert not verified_model(target)  # no exception, and not used
     assert str(target) in _note_of(capsys) and not target.exists()  # noted, and removed
     _save_dequantised(_tied(), env["tokenizer"], target)  # what load() does next, from the GGUF file
-    assert _verified_model(target)  # rebuilt, and it verifies silently
+    assert verified_model(target)  # rebuilt, and it verifies silently
     _silent(capsys)
     assert torch.equal(_logits(target), _reference_logits())
 
@@ -634,12 +636,13 @@ def test_the_default_models_cache_loads_in_plain_transformers_with_ctxbenchs_log
     checkpoint that AutoModelForCausalLM.from_pretrained reads with the logits ctxbench computes."""
     from transformers import AutoModelForCausalLM
 
+    from ctxbench.backends.hf import load_model as load
     from ctxbench.model.files import locate
-    from ctxbench.model.load import _dequantised, load
+    from ctxbench.model.load import dequantised_path
 
     monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path / "cache"))
     _, path, gguf = locate("smollm2-135m")
-    slot = _dequantised(path / gguf, torch.float32)
+    slot = dequantised_path(path / gguf, torch.float32)
     slot.mkdir(parents=True)
     from safetensors.torch import save_model
 
@@ -652,7 +655,7 @@ def test_the_default_models_cache_loads_in_plain_transformers_with_ctxbenchs_log
 
     lm = load("smollm2-135m", device="cpu", dtype="float32")
     assert str(slot) in _note_of(capsys)
-    assert _verified_model(slot)
+    assert verified_model(slot)
     with safe_open(str(slot / "model.safetensors"), "pt") as f:
         assert "model.embed_tokens.weight" in set(f.keys())
     assert json.loads((slot / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]

@@ -10,7 +10,7 @@ import json
 import pytest
 from helpers import save_with_tokenizer, tiny_llama
 
-from ctxbench.model.files import COUNTS, GEOMETRY, _file_key, load_config, load_counts, load_geometry, locate
+from ctxbench.model.files import COUNTS, GEOMETRY, file_key, load_config, load_counts, load_geometry, locate
 from ctxbench.model.geometry import heads_of, layers_of
 
 
@@ -37,7 +37,7 @@ def test_counts_look_inside_a_multimodal_text_config():
 def test_reading_the_default_models_geometry_also_caches_its_counts(tmp_path, monkeypatch):
     monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path / "cache"))
     _, path, gguf = locate("smollm2-135m")
-    key = _file_key(path / gguf)
+    key = file_key(path / gguf)
     load_geometry("smollm2-135m")
     assert key in GEOMETRY.entries() and key in COUNTS.entries()  # one read of the header filled both
     config = load_config("smollm2-135m")  # the reference: transformers' own reading of the header

@@ -91,7 +91,7 @@ def test_default_model_finds_the_ruler_needle_at_2k_with_plain_rope(real_lm):
 
 
 def test_cached_dequantised_weights_give_the_gguf_logits(real_lm, monkeypatch):
-    from ctxbench.model.load import load
+    from ctxbench.backends.hf import load_model as load
 
     monkeypatch.setenv("CTXBENCH_NO_MODEL_CACHE", "1")
     fresh = load("smollm2-135m", device="cpu", dtype="float32")  # straight from the GGUF file

@@ -105,7 +105,7 @@ def test_freqs_on_a_model_without_rope_says_why():
 def test_a_baseline_runs_through_the_ppl_task(tokenizer, corpus_dir):
     from conftest import run_settings
 
-    from ctxbench.model.load import wrap
+    from ctxbench.backends.hf import wrap
     from ctxbench.tasks import ppl
 
     lm = wrap(gpt2(), tokenizer, name="tiny-gpt2", digest="tiny-gpt2")

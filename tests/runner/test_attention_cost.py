@@ -11,9 +11,9 @@ import pytest
 from helpers import byte_tokenizer, tiny_llama
 from rich.console import Console
 
+from ctxbench.backends.hf import wrap
 from ctxbench.methods.registry import METHODS
 from ctxbench.methods.setting import resolve
-from ctxbench.model.load import wrap
 from ctxbench.model.size import DEFAULT_SIZE, Flops
 from ctxbench.runner.costmodel import (
     DEFAULT_CPU,

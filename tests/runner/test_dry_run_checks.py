@@ -140,8 +140,8 @@ def _nan_model():
 
 
 def test_a_nan_perplexity_is_a_failed_cell_and_resume_runs_it_again(tmp_path, corpus_dir):
+    from ctxbench.backends.hf import wrap
     from ctxbench.methods import resolve
-    from ctxbench.model.load import wrap
     from ctxbench.results.store import read_records
     from ctxbench.tasks import ppl
 

@@ -68,7 +68,7 @@ def _capped():
 
 def _cli(argv, tmp_path) -> tuple[int, str, str, float]:
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "ctxbench.cli", *argv, "--dry-run", "--out", str(tmp_path / "r.csv")],
+    p = subprocess.run([sys.executable, "-m", "ctxbench", *argv, "--dry-run", "--out", str(tmp_path / "r.csv")],
                        capture_output=True, text=True, preexec_fn=_capped, timeout=60, cwd=tmp_path)  # fmt: skip
     return p.returncode, p.stdout, p.stderr, time.perf_counter() - t0
 

@@ -50,7 +50,7 @@ def test_a_signal_mid_run_says_what_is_kept_and_how_to_resume(tmp_path, saved_mo
 def test_a_signal_taken_by_another_thread_mid_save_is_raised_after_the_save():
     # torch's worker threads do not block signals, so the kernel may hand SIGINT to one of them
     # while the main thread saves a cell; the save must still finish before KeyboardInterrupt.
-    from ctxbench.results import _signals_deferred
+    from ctxbench.results import signals_deferred
 
     go, sent = threading.Event(), threading.Event()
 
@@ -66,7 +66,7 @@ def test_a_signal_taken_by_another_thread_mid_save_is_raised_after_the_save():
         thread.start()
         steps = []
         with pytest.raises(KeyboardInterrupt):
-            with _signals_deferred():
+            with signals_deferred():
                 go.set()
                 sent.wait(10)
                 for i in range(100_000):  # bytecode boundaries at which Python would run a noted handler

@@ -10,8 +10,8 @@ import json
 import pytest
 from helpers import byte_tokenizer, run_settings, tiny_llama
 
+from ctxbench.backends.hf import wrap
 from ctxbench.methods import resolve
-from ctxbench.model.load import wrap
 from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
 from ctxbench.tasks.common import parse_chat

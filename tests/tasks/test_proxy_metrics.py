@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from helpers import TRAINED, byte_tokenizer, expanded_forwards, run_settings, tiny_llama
 
+from ctxbench.backends.hf import wrap
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
 from ctxbench.methods.patching import applied
-from ctxbench.model.load import wrap
 from ctxbench.results import read_records
 from ctxbench.tasks import get, passkey, ppl, proxy
 from ctxbench.tasks.corpus import Tokenized, load_corpus

@@ -20,11 +20,12 @@ import pytest
 import torch
 from helpers import TRAINED, cli_main, one_error_line, run_settings, tiny_llama
 
+from ctxbench.backends.hf import HfEngine as LoadedModel
+from ctxbench.backends.hf import wrap
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
 from ctxbench.model.decoding import decode_shared
 from ctxbench.model.geometry import RopeGeometry
-from ctxbench.model.load import LoadedModel, wrap
 from ctxbench.model.thinking import Thinking, replay, split
 from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get, thinking

@@ -69,20 +69,33 @@ def test_blocks_cover_the_positions_once_aligned_to_512():
     assert sum(s for s, _ in units) == sum(range(700, 1800))
 
 
-def test_a_needle_prompt_has_the_target_length_and_its_answer_last(tiny_lm):
+def test_a_needle_prompt_is_the_passkey_prompt_with_the_document_as_its_filler(tiny_lm):
+    """The passkey task's pieces, written out here: the instruction, the document's tokens with the
+    needle line at the middle of them, the question; the answer is the key."""
+    from ctxbench.tasks import passkey
+
+    tok = tiny_lm.tokenizer
+    enc = lambda text: list(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    bos = [tok.bos_token_id] if tok.bos_token_id is not None and tok("a")["input_ids"][:1] == [tok.bos_token_id] else []
+    intro = bos + enc(passkey.INSTRUCTION + "\n")
+    line = enc("\n" + passkey.NEEDLE_HEAD) + enc(" 1234567") + enc(passkey.NEEDLE_TAIL.format(key=1234567) + "\n")
+    question = enc("\n" + passkey.QUESTION + " " + passkey.ANSWER_START)
     hay = list(range(65, 91)) * 20
-    needle = make_needle(tiny_lm.tokenizer, hay, 300, 0.5, 1234567)
-    assert len(needle.prompt) <= 300
-    assert tiny_lm.tokenizer.decode(list(needle.answer)).strip() == "1234567."
+    needle = make_needle(tok, hay, 300, 0.5, 1234567)
+    room = 300 - len(intro) - len(line) - len(question)
+    at = round(0.5 * room)
+    assert list(needle.prompt) == intro + hay[:at] + line + hay[at:room] + question
+    assert tok.decode(list(needle.answer)).strip() == "1234567"
 
 
 def test_needle_and_both_objectives_score_answers(tiny_lm):
-    docs = _docs(2, length=T + 64)
-    needle = ModelObjective(tiny_lm, docs, T, "needle")
+    long = 8 * TRAINED  # room for the passkey prompt's own text (about 250 of the byte tokenizer's tokens)
+    docs = _docs(2, length=long + 64)
+    needle = ModelObjective(tiny_lm, docs, long, "needle")
     assert len(needle.instances) == 10  # five depths per document
     (v,) = needle.values(resolve("yarn"), 2.0, [needle.instances[0]])
     assert len(v.units) == 1 and v.value > 0 and v.guard
-    both = ModelObjective(tiny_lm, docs, T, "both")
+    both = ModelObjective(tiny_lm, docs, long, "both")
     (b,) = both.values(resolve("yarn"), 2.0, ["d0"])
     assert math.isclose(sum(w for _, w in b.units), 1.0)
 
@@ -92,3 +105,19 @@ def test_an_unknown_objective_names_the_choices():
 
     with pytest.raises(UserError, match="did you mean 'nll'"):
         parse_objective("nlll")
+
+
+def test_a_needle_unit_is_the_keys_summed_nll_after_its_prompt(tiny_lm):
+    """The reference: one plain forward of the prompt and the key, the key tokens' log-probabilities summed."""
+    long = 8 * TRAINED
+    objective = ModelObjective(tiny_lm, _docs(1, length=long + 64), long, "needle")
+    name = objective.instances[2]
+    (value,) = objective.values(resolve("none"), 1.0, [name])
+    needle = objective.needles[name]
+    with torch.no_grad():
+        logits = tiny_lm.model(torch.tensor([list(needle.prompt) + list(needle.answer)])).logits[0].double()
+    logp = torch.log_softmax(logits, -1)
+    start = len(needle.prompt) - 1  # the logits at position t predict token t + 1
+    reference = -sum(float(logp[start + i, a]) for i, a in enumerate(needle.answer))
+    (total, tokens), = value.units
+    assert math.isclose(total, reference, rel_tol=1e-5) and tokens == len(needle.answer)
