@@ -70,8 +70,8 @@ def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
 
 
 def bootstrap_ppl(
-    doc_nll_sums: Sequence[float],
-    doc_counts: Sequence[int],
+    doc_nll_sums: Sequence[float] | np.ndarray,
+    doc_counts: Sequence[int] | np.ndarray,
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
@@ -312,10 +312,9 @@ def changed_beyond_noise(
     if delta == 0 or size <= rtol:
         return "ok", f"change {size_text} within {tol_text}"
 
-    def known(*xs) -> bool:
-        return all(x is not None and not math.isnan(x) for x in xs)
-
-    if not known(base_lo, base_hi, new_lo, new_hi):
+    if base_lo is None or base_hi is None or new_lo is None or new_hi is None or any(
+        math.isnan(x) for x in (base_lo, base_hi, new_lo, new_hi)
+    ):
         return direction, f"change {size_text} exceeds {tol_text} (no interval to test noise)"
     base_iv, new_iv = f"[{base_lo:.4g}, {base_hi:.4g}]", f"[{new_lo:.4g}, {new_hi:.4g}]"
     if new_lo <= base_hi and base_lo <= new_hi:
@@ -332,8 +331,8 @@ EXACT_FLIPS = 16  # up to this many nonzero paired differences the sign-flip tes
 
 
 def paired_bootstrap(
-    diff_sums: Sequence[float],
-    weights: Sequence[float],
+    diff_sums: Sequence[float] | np.ndarray,
+    weights: Sequence[float] | np.ndarray,
     n_boot: int = 2000,
     seed: int = 0,
     level: float = 0.95,

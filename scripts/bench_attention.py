@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 
 from ctxbench.backends.hf import load_model as load
+from ctxbench.defaults import DEFAULT_MODEL
 from ctxbench.methods import attention
 from ctxbench.methods.patching import applied
-from ctxbench.model.load import DEFAULT_MODEL
 from ctxbench.model.measure import Measured
 from ctxbench.model.scoring import token_nll
 from ctxbench.parsing import parse_lengths

@@ -31,9 +31,9 @@ import time
 import torch
 
 from ctxbench.backends.hf import load_model as load
+from ctxbench.defaults import DEFAULT_MODEL
 from ctxbench.methods import resolve
 from ctxbench.methods.patching import applied
-from ctxbench.model.load import DEFAULT_MODEL
 from ctxbench.model.scoring import decoder, nll_from_hidden
 from ctxbench.parsing import parse_lengths
 from ctxbench.tasks.corpus import Tokenized, load_corpus

@@ -14,7 +14,7 @@ import argparse
 import time
 
 from ctxbench.backends.hf import load_model as load
-from ctxbench.model.load import DEFAULT_MODEL
+from ctxbench.defaults import DEFAULT_MODEL
 from ctxbench.runner.grid import Job, MemoryResults, run_task
 from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get

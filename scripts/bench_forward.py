@@ -26,7 +26,7 @@ import time
 import torch
 
 from ctxbench.backends.hf import load_model as load
-from ctxbench.model.load import DEFAULT_MODEL
+from ctxbench.defaults import DEFAULT_MODEL
 from ctxbench.model.size import ModelSize
 from ctxbench.parsing import parse_lengths
 

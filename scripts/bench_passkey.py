@@ -19,8 +19,8 @@ import time
 import torch
 
 from ctxbench.backends.hf import load_model as load
+from ctxbench.defaults import DEFAULT_MODEL
 from ctxbench.methods.patching import applied
-from ctxbench.model.load import DEFAULT_MODEL
 from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get, passkey
 

@@ -23,9 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ctxbench.model.load import DEFAULT_MODEL
+from ctxbench.defaults import DEFAULT_MODEL
+from ctxbench.model.autodtype import device_key
 from ctxbench.model.size import size_of
-from ctxbench.runner.costmodel import PATH_FACTORS, RATES, device_key, measured_factor, measured_rate
+from ctxbench.runner.costmodel import PATH_FACTORS, RATES, measured_factor, measured_rate
 from ctxbench.runner.grid import Job, ModelConfig, execute
 from ctxbench.runner.plan import plan_table
 from ctxbench.runner.settings import build_settings

@@ -19,7 +19,8 @@ import time
 import torch
 
 from ctxbench.backends.hf import load_model as load
-from ctxbench.model.load import DEFAULT_MODEL, locate
+from ctxbench.defaults import DEFAULT_MODEL
+from ctxbench.model.files import locate
 from ctxbench.model.measure import Measured
 from ctxbench.runner.grid import Job, MemoryResults, run_task
 from ctxbench.runner.settings import build_settings

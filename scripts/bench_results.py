@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ctxbench.results import ResultsFile, Row, cell_key, read_records, write_records
+from ctxbench.results.identity import cell_key
+from ctxbench.results.store import ResultsFile, Row, read_records, write_records
 
 ROWS_PER_CELL = 11  # a ppl cell with 3 documents: nll+ppl per doc and overall, docs, tokens/s, memory
 

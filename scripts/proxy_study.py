@@ -40,7 +40,7 @@ import pandas as pd
 from ctxbench.methods import METHODS
 from ctxbench.parsing import parse_lengths
 from ctxbench.report.effective import effective_length
-from ctxbench.results import read_records
+from ctxbench.results.store import read_records
 from ctxbench.stats import spearman, spearman_interval, wilson
 
 PPL_PROXIES = ("ppl", "longppl", "kl")  # metrics of the ppl task

@@ -12,7 +12,7 @@
 #    fails: "operator torchvision::nms does not exist"); text models need none of them, so they go.
 #  - CTXBENCH_LLAMACPP=1 also builds llama-cpp-python (LLAMACPP_VERSION below) for `--backend llamacpp`.
 #    PyPI has it as a source distribution only: pip builds llama.cpp with cmake and g++ (Debian's
-#    `cmake` and `g++` packages), once: pip keeps the wheel in its cache (measured: BUILD_TIME on the
+#    `cmake` and `g++` packages), once: pip keeps the wheel in its cache (measured: 15 min 38 s on the
 #    2-core machine). llama.cpp's checkpoint converter (convert_hf_to_gguf.py, its conversion/ package
 #    and its own gguf-py, newer than PyPI's gguf) is copied out of the same source distribution into
 #    the venv's share/ctxbench/llama.cpp, with sentencepiece, which it imports.
@@ -64,9 +64,10 @@ if [ "${CTXBENCH_LLAMACPP:-0}" = "1" ]; then
   for tool in cmake g++; do
     command -v "$tool" >/dev/null 2>&1 || { echo "error: building llama-cpp-python needs $tool — install it (Debian/Ubuntu: apt-get install cmake g++)" >&2; exit 2; }
   done
+  echo "setup: building llama-cpp-python $LLAMACPP_VERSION with cmake and g++ (about 16 minutes on 2 cores; pip's wheel cache keeps it)"
+  "${PIP[@]}" "llama-cpp-python==$LLAMACPP_VERSION" sentencepiece  # by name: pip's wheel cache is keyed by the index's URL
   sdist=$(mktemp -d)
   "$PY" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-python "llama-cpp-python==$LLAMACPP_VERSION" -d "$sdist"
-  "${PIP[@]}" "$sdist/llama_cpp_python-$LLAMACPP_VERSION.tar.gz" sentencepiece
   share=$("$PY" -c "import os, sys; print(os.path.join(sys.prefix, 'share', 'ctxbench', 'llama.cpp'))")
   rm -rf "$share" && mkdir -p "$share"
   top="llama_cpp_python-$LLAMACPP_VERSION/vendor/llama.cpp"

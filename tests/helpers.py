@@ -117,7 +117,7 @@ def run_settings(lm, task: str, settings, out=None, shard=None, seed: int = 0):
     if out is None:
         results = MemoryResults()
     else:
-        from ctxbench.results import ResultsFile
+        from ctxbench.results.store import ResultsFile
 
         results = ResultsFile(out)
     return run_task(lm, Job(get(task), settings), results, seed=seed, shard=shard)

@@ -49,7 +49,7 @@ from ctxbench.errors import UserError
 NAME = "llamacpp"
 DIST = "llama-cpp-python"
 VERSION = "0.3.36"  # the version scripts/setup.sh builds
-INSTALL = f"CTXBENCH_LLAMACPP=1 bash scripts/setup.sh (builds {DIST} {VERSION} from source with cmake and g++: about 11 minutes on 2 cores)"
+INSTALL = f"CTXBENCH_LLAMACPP=1 bash scripts/setup.sh (builds {DIST} {VERSION} from source with cmake and g++: about 16 minutes on 2 cores)"
 # Metrics that need the model's hidden states or a second, unscaled model: llama-cpp-python's
 # high-level API returns neither, and ctxbench asks it for next-token logits only.
 HIDDEN_METRICS = {"longppl": "the unscaled model's per-token losses in sliding windows of the trained length",

@@ -28,6 +28,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, positive_number
 from ctxbench.model.files import ALIASES
@@ -139,7 +140,7 @@ def _is_probe(value: object) -> None:
 
 # Keyed by machine and model. Bump the version when the probe changes: older entries are probed again.
 # Version 2: the fastest of 3 rounds taking turns (version 1 timed one forward of each, in turn).
-PROBES = JsonCache("dtype-probes.json", Schema("dtype probes", 2), _is_probe, then="probed again on the next run")
+PROBES: JsonCache[dict[str, Any]] = JsonCache("dtype-probes.json", Schema("dtype probes", 2), _is_probe, then="probed again on the next run")
 
 
 def probe_key(spec: str) -> str:
@@ -207,6 +208,7 @@ def chosen(spec: str, model) -> tuple[str, str]:
     dtype, why = choose(parity, cached_probe(spec))
     if dtype is None:
         dtype, why = choose(parity, PROBES.lookup(probe_key(spec), lambda: probe(model)))
+        assert dtype is not None  # given the probe's seconds, choose always decides
     return dtype, why
 
 

@@ -36,7 +36,7 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 MANIFEST = "ctxbench-cache.json"  # beside the files of a sealed cache directory
 
@@ -143,7 +143,7 @@ def _canonical(value: object) -> bytes:
 JSON_MOST = 64 << 20
 
 
-def _read_json(path: Path, within: Path | None = None) -> object:
+def _read_json(path: Path, within: Path | None = None) -> Any:
     """The JSON in ``path``, or :class:`BadEntry` saying why there is none to read: only a regular
     file of at most :data:`JSON_MOST` bytes whose real place is inside ``within`` (the cache
     folder) is opened, without blocking (a FIFO never hangs a plan) and without reading a byte
@@ -161,11 +161,15 @@ def _read_json(path: Path, within: Path | None = None) -> object:
         raise BadEntry(f"not valid JSON, truncated? ({exc})") from None
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class JsonCache:
+class JsonCache(Generic[T]):
     """One JSON file of keyed entries in the cache directory. ``check(value)`` says what a value
     must be to mean anything (raise :class:`BadEntry`, or any ValueError/TypeError/KeyError, with
-    the reason); ``then`` is what happens instead of using a bad entry, for the note."""
+    the reason); ``then`` is what happens instead of using a bad entry, for the note. ``T``: what
+    a value that passes ``check`` is."""
 
     name: str
     schema: Schema
@@ -176,7 +180,7 @@ class JsonCache:
     def path(self) -> Path:
         return cache_root() / self.name
 
-    def _verified(self, entry: object) -> object:
+    def _verified(self, entry: object) -> T:
         if not isinstance(entry, Mapping) or set(entry) != {"value", "sha256"}:
             raise BadEntry("not a {value, sha256} entry")
         value = entry["value"]
@@ -199,7 +203,7 @@ class JsonCache:
         except (ValueError, TypeError, KeyError, AttributeError, UserError) as exc:
             raise BadEntry(one_line(exc) or type(exc).__name__) from None
 
-    def entries(self) -> dict[str, object]:
+    def entries(self) -> dict[str, T]:
         """The entries that verify. A bad file or entry is noted once, and the file is rewritten
         without it (so the next read is clean)."""
         path = self.path
@@ -215,7 +219,8 @@ class JsonCache:
             ignored(path, why, self.then)
             discard(path)
             return {}
-        good, bad = {}, False
+        good: dict[str, T] = {}
+        bad = False
         for key, entry in table.items():
             try:
                 good[key] = self._verified(entry)
@@ -226,10 +231,10 @@ class JsonCache:
             self._write(good)
         return good
 
-    def get(self, key: str) -> object | None:
+    def get(self, key: str) -> T | None:
         return self.entries().get(key)
 
-    def lookup(self, key: str, compute: Callable[[], object]) -> object:
+    def lookup(self, key: str, compute: Callable[[], T]) -> T:
         """The verified value under ``key``, else ``compute()`` (stored when it passes ``check``)."""
         known = self.entries()
         if key in known:
@@ -244,7 +249,7 @@ class JsonCache:
         self._write(known)
         return value
 
-    def _write(self, entries: Mapping[str, object]) -> None:
+    def _write(self, entries: Mapping[str, T]) -> None:
         table = {key: {"value": value, "sha256": digest(_canonical(value))} for key, value in entries.items()}
         write_atomic(self.path, json.dumps({**self.schema.stamp(), "entries": table}).encode())
 

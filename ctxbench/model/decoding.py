@@ -41,15 +41,15 @@ CACHE_BUDGET = 4 * 2**30
 
 
 @_memo
-def _cache_arg(forward_type: type) -> str:
+def _cache_arg(forward_type: type[torch.nn.Module]) -> str:
     """The name a model's forward takes its KV cache by: ``cache`` from transformers 5.24 on
     (where ``past_key_values`` still works but warns on every call), ``past_key_values`` before."""
     return "cache" if "cache" in inspect.signature(forward_type.forward).parameters else "past_key_values"
 
 
-def with_cache(model, cache) -> dict:
+def with_cache(model: torch.nn.Module, cache: object) -> dict[str, object]:
     """``{name: cache}`` for ``model(...)``, under the name this transformers version expects."""
-    return {_cache_arg(type(model)): cache}
+    return {_cache_arg(type(model)): cache}  # type: ignore[arg-type]  # mypy takes a class for unhashable (its __hash__ is unbound)
 
 
 def cache_of(out):
@@ -236,6 +236,7 @@ def decode_shared(
                     cache.batch_repeat_interleave(len(chunk))
                 stop = None if finished is None else (lambda b, new, chunk=chunk: finished(chunk[b], new))
                 steers = None if think is None else [think.steer(prompts[i], max_new_tokens) for i in chunk]
+                nlls: Sequence[torch.Tensor | None]
                 if continuations is None:
                     suffix = torch.tensor([list(prompts[i][g:]) for i in chunk], device=device)  # (batch, n - g)
                     outs, nlls = greedy(model, suffix, steps, eos, cache, stop, steers=steers), [None] * len(chunk)

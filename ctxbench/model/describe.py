@@ -53,6 +53,7 @@ def describe(spec: str, trust_remote_code: bool = False) -> ModelDescription:
 
     kind, path, gguf = check_model(spec)  # damaged files: one clear line
     if gguf:
+        assert path is not None  # (a GGUF model is a local file)
         cached = dequantised_path(path / gguf, torch.float32)
         if cached is None:
             raise UserError(f"an engine cannot read the GGUF model '{spec}' and its dequantised cache is turned off (CTXBENCH_NO_MODEL_CACHE)",
@@ -62,7 +63,7 @@ def describe(spec: str, trust_remote_code: bool = False) -> ModelDescription:
         source, digest = str(cached), file_digest(path / gguf)
     else:
         source = str(path) if path else spec
-        digest = dir_digest(path) if kind == "dir" else ""
+        digest = dir_digest(path) if kind == "dir" and path is not None else ""  # (a folder's path is always set)
     config = load_config(source, trust_remote_code)
     if kind == "hub":
         digest = "hub:" + str(getattr(config, "_commit_hash", None) or "unknown")

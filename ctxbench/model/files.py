@@ -15,8 +15,8 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
-from ctxbench.defaults import DEFAULT_MODEL  # noqa: F401  (imported from here too)
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, dataclass_fields, file_sha256
 from ctxbench.model.configcheck import check_config_values
@@ -52,15 +52,15 @@ def _is_digest(value: object) -> None:
         raise BadEntry(f"{value!r} is not a sha256:<16 hex digits> digest")
 
 
-def _is_geometry(value: object) -> None:
+def _is_geometry(value: Any) -> None:
     dataclass_fields(RopeGeometry, value)
     RopeGeometry(**value)  # its own checks: an even rotary dim > 2, a base > 1, a trained length >= 1
 
 
 # Keyed by a file's path, size and mtime, so an edited file is read again; checked on every read.
-DIGESTS = JsonCache("digests.json", Schema("file digests", 1), _is_digest)
+DIGESTS: JsonCache[str] = JsonCache("digests.json", Schema("file digests", 1), _is_digest)
 # GEOMETRY's version: bump when RopeGeometry's fields or their reading change, and old entries are rebuilt.
-GEOMETRY = JsonCache("geometry.json", Schema("rope geometry", 4), _is_geometry, then="read again from the config")
+GEOMETRY: JsonCache[dict[str, Any]] = JsonCache("geometry.json", Schema("rope geometry", 4), _is_geometry, then="read again from the config")
 
 
 def _is_counts(value: object) -> None:
@@ -74,7 +74,7 @@ def _is_counts(value: object) -> None:
 # The decoder layers and attention heads of a model, for checks before the plan (ms-poe's
 # first_layer, --tensor-parallel dividing the heads): a GGUF file's config takes ~13 s to read
 # (transformers parses the whole header, vocabulary included), so it is read once per file.
-COUNTS = JsonCache("counts.json", Schema("layers and heads", 1), _is_counts, then="read again from the config")
+COUNTS: JsonCache[dict[str, int]] = JsonCache("counts.json", Schema("layers and heads", 1), _is_counts, then="read again from the config")
 
 
 def file_digest(path: Path) -> str:
@@ -95,12 +95,13 @@ def load_geometry(spec: str, trust_remote_code: bool = False) -> RopeGeometry:
     kind, path, gguf = locate(spec)
     if kind == "hub":
         return RopeGeometry.from_config(load_config(spec, trust_remote_code))
+    assert path is not None  # a local model: locate gives its folder
     source = path / gguf if gguf else path / "config.json"
     fields = GEOMETRY.lookup(file_key(source), lambda: _read_facts(spec, source, trust_remote_code)[0])
     return RopeGeometry(**fields)
 
 
-def _read_facts(spec: str, source: Path, trust_remote_code: bool) -> tuple[dict, dict[str, int]]:
+def _read_facts(spec: str, source: Path, trust_remote_code: bool) -> tuple[dict[str, Any], dict[str, int]]:
     """A local model's geometry and counts from one read of its config, each stored in its cache:
     a GGUF file's config is ~13 s to read, and a plan that needs one of them soon needs the other."""
     config = load_config(spec, trust_remote_code)
@@ -117,6 +118,7 @@ def load_counts(spec: str, trust_remote_code: bool = False) -> tuple[int | None,
     transformers, cached like :func:`load_geometry` by the file's path, size and mtime."""
     kind, path, gguf = locate(spec)
     if kind == "dir":
+        assert path is not None  # (locate gives a folder's path)
         try:
             config = json.loads((path / "config.json").read_text(encoding="utf-8-sig"))
         except (OSError, ValueError):
@@ -125,7 +127,9 @@ def load_counts(spec: str, trust_remote_code: bool = False) -> tuple[int | None,
     if kind == "hub":
         config = load_config(spec, trust_remote_code)
         return layers_of(config), heads_of(config)
-    counts = COUNTS.lookup(file_key(path / gguf), lambda: _read_facts(spec, path / gguf, trust_remote_code)[1])
+    assert path is not None and gguf is not None  # a GGUF file: locate gives its folder and name
+    file = path / gguf
+    counts = COUNTS.lookup(file_key(file), lambda: _read_facts(spec, file, trust_remote_code)[1])
     return counts["layers"] or None, counts["heads"] or None
 
 
@@ -207,8 +211,10 @@ def check_model(spec: str) -> tuple[str, Path | None, str | None]:
     without torch, so a broken model is reported before any plan."""
     kind, path, gguf = locate(spec)
     if kind == "gguf":
+        assert path is not None and gguf is not None  # (locate gives a GGUF file's folder and name)
         check_gguf(path / gguf)
     elif kind == "dir":
+        assert path is not None  # (locate gives a folder's path)
         check_model_dir(path)
     return kind, path, gguf
 
@@ -240,7 +246,7 @@ def _check_config_file(file: Path) -> None:
     except UnicodeDecodeError:
         raise bad("is not text (not UTF-8)") from None
     except ValueError as exc:
-        where = f" at line {exc.lineno}, column {exc.colno}" if hasattr(exc, "lineno") else ""
+        where = f" at line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise bad(f"is not valid JSON{where}: cut short or edited by hand?") from None
     if not isinstance(config, dict):
         raise bad(f"holds a JSON {type(config).__name__}, not an object of settings")
@@ -323,8 +329,10 @@ def load_config(spec: str, trust_remote_code: bool = False):
 
     kind, path, gguf = locate(spec)
     if kind == "gguf":
+        assert path is not None and gguf is not None  # (locate gives a GGUF file's folder and name)
         check_gguf(path / gguf)  # a garbage or cut-short file: a clear error, not a parser traceback
     elif kind == "dir":
+        assert path is not None  # (locate gives a folder's path)
         _check_config_file(path / "config.json")
     try:
         if kind == "gguf":

@@ -11,25 +11,22 @@ import contextlib
 import importlib.util
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from ctxbench.defaults import DEFAULT_ATTN, DEFAULT_DEVICE, DEFAULT_DTYPE
+from ctxbench.defaults import DEFAULT_ATTN, DEFAULT_DEVICE, DEFAULT_DTYPE, DEFAULT_MODEL
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, Schema, cache_root, discard, ignored, seal_dir, verify_dir
-from ctxbench.model.files import (  # noqa: F401  (re-exported: the public names of model loading)
-    ALIASES,
-    DEFAULT_MODEL,
-    check_gguf,
+from ctxbench.model.files import (
     check_model,
     dir_digest,
     file_digest,
     hub_error,
     load_config,
-    load_geometry,
-    locate,
 )
 from ctxbench.model.geometry import RopeGeometry
 
@@ -109,12 +106,13 @@ def _load(spec: str, kind: str, path: Path | None, gguf: str | None, device: str
         torch_dtype, probe = (DTYPES[pick], False) if pick else (torch.float32, True)
     elif dtype == "auto":
         dtype_note = f"auto: {str(torch_dtype).replace('torch.', '')} on {dev}"
-    cached = dequantised_path(path / gguf, torch_dtype) if gguf else None
+    gguf_file = path / gguf if path is not None and gguf else None  # (a GGUF model is a local file: both are set)
+    cached = dequantised_path(gguf_file, torch_dtype) if gguf_file else None
     reuse = cached is not None and verified_model(cached)
     config = load_config(str(cached) if reuse else spec, trust_remote_code)
     geometry = RopeGeometry.from_config(config)
     source = str(path) if path else spec
-    gguf_digest = file_digest(path / gguf) if gguf else None
+    gguf_digest = file_digest(gguf_file) if gguf_file else None
     if reuse:
         source, gguf = str(cached), None  # dequantised before: load the saved weights, not the GGUF
     kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
@@ -148,9 +146,9 @@ def _load(spec: str, kind: str, path: Path | None, gguf: str | None, device: str
         if pick == "bfloat16":  # the same weights as loading in bfloat16: each float32 rounded once
             model.to(torch.bfloat16)
             torch_dtype = torch.bfloat16
-    if kind == "gguf":
+    if kind == "gguf" and gguf_digest is not None:  # (a GGUF model always has its digest)
         digest = gguf_digest
-    elif kind == "dir":
+    elif kind == "dir" and path is not None:  # (a folder's path is always set)
         digest = dir_digest(path)
     else:
         digest = "hub:" + str(getattr(model.config, "_commit_hash", None) or "unknown")
@@ -313,7 +311,7 @@ def _save_dequantised(model, tokenizer, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def _gguf_loading():
+def _gguf_loading() -> Iterator[None]:
     """transformers' GGUF loader, quiet and reading the file once.
 
     * It draws its own tqdm bar while dequantising; ctxbench shows its own status.
@@ -334,10 +332,10 @@ def _gguf_loading():
     import gguf
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
-    readers: dict = {}
+    readers: dict[tuple[str, tuple[Any, ...], tuple[tuple[str, Any], ...]], gguf.GGUFReader] = {}
     plain_reader = gguf.GGUFReader
 
-    def one_reader(path, *args, **kwargs):
+    def one_reader(path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> gguf.GGUFReader:
         key = (os.path.realpath(os.fspath(path)), args, tuple(sorted(kwargs.items())))
         if key not in readers:
             readers[key] = plain_reader(path, *args, **kwargs)

@@ -6,20 +6,25 @@ from the final hidden states ``chunk`` positions at a time keeps it at ``chunk x
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def decoder(model: torch.nn.Module) -> torch.nn.Module:
     """The model without its LM head (``model.model`` for Llama-style models)."""
     base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
-    return base if base is not None else model.get_decoder()
+    return base if base is not None else cast("PreTrainedModel", model).get_decoder()
 
 
 def head_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """fp32 logits for ``hidden`` (batch, n, hidden_size) -> (batch, n, vocab), with the model's
     logit scale / final soft-capping where its config has one."""
-    logits = model.get_output_embeddings()(hidden).float()
+    logits = cast("PreTrainedModel", model).get_output_embeddings()(hidden).float()
     scale = getattr(model.config, "logit_scale", None)
     if isinstance(scale, (int, float)) and scale != 1:
         logits = logits * scale

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, astuple, dataclass, replace
+from typing import Any
 
 from ctxbench.errors import UserError
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, dataclass_fields, positive_number
@@ -116,7 +117,7 @@ class ModelSize:
 DEFAULT_SIZE = ModelSize("smollm2-135m", 30, 576, 30 * (576 * 576 * 2 + 576 * 192 * 2 + 3 * 576 * 1536), 49152)
 
 
-def _is_size(value: object) -> None:
+def _is_size(value: Any) -> None:
     """A size that can price a forward: every count a finite number > 0 (a zero or NaN would make
     every plan's time zero or NaN), read from a config."""
     dataclass_fields(ModelSize, value)
@@ -128,7 +129,7 @@ def _is_size(value: object) -> None:
 
 # Keyed by the config's (or GGUF file's) path, size and mtime. Bump the version when reading a size
 # from a config changes: older entries are then rebuilt.
-SIZES = JsonCache("sizes.json", Schema("model sizes", 2), _is_size, then="read again from the config")
+SIZES: JsonCache[dict[str, Any]] = JsonCache("sizes.json", Schema("model sizes", 2), _is_size, then="read again from the config")
 
 
 def assumed_size(name: str) -> ModelSize:
@@ -148,6 +149,7 @@ def model_size(spec: str, trust_remote_code: bool = False) -> ModelSize:
             if hub_offline():
                 raise OSError("offline")  # no config to fetch: the name's size, without importing transformers
             return ModelSize.from_config(load_config(spec, trust_remote_code), spec)
+        assert path is not None  # a local model: locate gives its folder
         source = path / gguf if gguf else path / "config.json"
         fields = SIZES.lookup(file_key(source), lambda: asdict(ModelSize.from_config(load_config(spec, trust_remote_code), spec)))
         return ModelSize(**fields)

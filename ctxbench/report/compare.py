@@ -37,15 +37,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ctxbench.errors import UserError
 from ctxbench.parsing import len_label
 from ctxbench.report.effective import check_threshold
 from ctxbench.report.formats import pivots
-from ctxbench.report.pivot import Headline, effective_all_pass, headline_of
+from ctxbench.report.pivot import effective_all_pass
 from ctxbench.results.identity import SETTING, VIEW, field, paired_setting, table_view_key
 from ctxbench.results.store import load_results
 from ctxbench.tasks import registry
+from ctxbench.tasks.base import Headline, headline_of
 from ctxbench.tasks.proxy import HIGHER_IS_BETTER
 from ctxbench.textsafe import md_cell, md_line
 
@@ -81,7 +83,9 @@ def _cells(records: list[dict], tasks, across_dtypes: bool = False) -> tuple[dic
     key's dtype is blank, so cells of two dtypes meet."""
 
     at = VIEW.index("dtype")
-    out, bounds, trials = {}, {}, {}
+    out: dict[tuple[str, ...], dict[str, str]] = {}  # cell -> its headline row
+    bounds: dict[tuple[str, ...], dict[str, float | None]] = {}  # cell -> {"lo": ..., "hi": ...}
+    trials: dict[tuple[str, ...], dict[tuple[str, str, str], dict[str, str]]] = {}  # cell -> its trial rows
     # One pass, O(rows): a cell's view key is normalised once, from the first row with its raw
     # values (the key reads only VIEW's columns, task among them); the rest look it up (9k cells of
     # 100k rows took 74 s when every row normalised 13 columns and parsed its options).
@@ -118,7 +122,7 @@ def _sides_differ(base: dict, new: dict, tasks) -> list[str]:
     different cells, so ``compare`` does not pair them (each is missing from the other file), and
     says why rather than only that."""
     def free(cells: dict, other: dict) -> dict:
-        out = {}
+        out: dict[tuple[Any, ...], set[str]] = {}
         for key, (info, r) in cells.items():
             if key in other:
                 continue
@@ -129,7 +133,7 @@ def _sides_differ(base: dict, new: dict, tasks) -> list[str]:
         return out
 
     only_base, only_new = free(base, new), free(new, base)
-    said = {}
+    said: dict[tuple[str, str, str, str], None] = {}
     for k in only_base.keys() & only_new.keys():
         a, b = " and ".join(sorted(only_base[k])), " and ".join(sorted(only_new[k]))
         if a != b:
@@ -193,7 +197,7 @@ def compare(base_path: str, new_path: str, rtol: float = RTOL, threshold: float 
     changes = []
     one_sided: dict[str, int] = {}
     for key in sorted(base.keys() | new.keys(), key=lambda k: tuple(map(str, k))):
-        info = (base.get(key) or new.get(key))[0]
+        info = (base.get(key) or new[key])[0]  # (the key is one of theirs)
         b, n = (base.get(key) or (None, None))[1], (new.get(key) or (None, None))[1]
         head = headline_of(info["task"], tasks)
         if info["metric"] != head.metric:  # a proxy metric (``_cells`` keys no other): lower is better, a relative number
@@ -302,7 +306,9 @@ def _verdict(head, base, new, rtol, bci, nci, rerun, base_trials, new_trials) ->
             return "ok", f"paired McNemar p = {paired:.3g} on the same trials (within noise)"
         reason = f"paired McNemar p = {paired:.3g} on the same trials" + (f"; right -> wrong: {flipped}" if flipped and worse_way else "")
         return ("worse" if worse_way else "better"), reason
-    return changed_beyond_noise(base, *(bci or (None, None)), new, *(nci or (None, None)), rtol, not head.higher_is_better, relative)
+    base_lo, base_hi = bci or (None, None)
+    new_lo, new_hi = nci or (None, None)
+    return changed_beyond_noise(base, base_lo, base_hi, new, new_lo, new_hi, rtol, not head.higher_is_better, relative)
 
 
 def _trial_key(r: dict) -> tuple:
@@ -330,11 +336,12 @@ def _paired_p(base_trials: list[dict], new_trials: list[dict]) -> float | None:
         return None
     new = {_trial_key(r): _number(r)[0] for r in new_trials}
     pairs = [(_number(r)[0], new.get(_trial_key(r))) for r in base_trials]
-    if any(b is None or n is None or b not in (0, 1) or n not in (0, 1) for b, n in pairs):
+    both = [(b, n) for b, n in pairs if b is not None and n is not None]
+    if len(both) != len(pairs) or any(b not in (0, 1) or n not in (0, 1) for b, n in both):
         return None
     from ctxbench.stats import mcnemar_exact
 
-    return mcnemar_exact(sum(1 for b, n in pairs if b > n), sum(1 for b, n in pairs if n > b))
+    return mcnemar_exact(sum(1 for b, n in both if b > n), sum(1 for b, n in both if n > b))
 
 
 

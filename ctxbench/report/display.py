@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 
+from ctxbench.parsing import len_label
 from ctxbench.report.effective import annotate
-from ctxbench.report.pivot import Pivot, build, fmt_effective, fmt_value, len_label, ran_out_note
+from ctxbench.report.pivot import Pivot, build, fmt_effective, fmt_value, ran_out_note
 from ctxbench.tasks import registry
 
 

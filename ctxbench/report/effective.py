@@ -64,7 +64,7 @@ def effective_length(values: dict[int, float], higher_is_better: bool, threshold
     low, low_at = math.inf, None
     for n in lengths:
         if n != lengths[0] and values[n] > (1 + ppl_tol) * low:
-            mine, theirs = intervals.get(n), intervals.get(low_at)
+            mine, theirs = intervals.get(n), (intervals.get(low_at) if low_at is not None else None)
             overlap = mine is not None and theirs is not None and None not in (*mine, *theirs) and mine[0] <= theirs[1]
             if not overlap:
                 break

@@ -15,7 +15,9 @@ import csv
 import io
 import json
 import math
+from typing import Any
 
+from ctxbench.parsing import len_label
 from ctxbench.report.effective import annotate
 from ctxbench.report.paired import compare_labels
 from ctxbench.report.pivot import (
@@ -25,7 +27,6 @@ from ctxbench.report.pivot import (
     effective_all_pass,
     fmt_effective,
     fmt_value,
-    len_label,
     ran_out_note,
 )
 from ctxbench.report.rulerscore import CSV_FIELDS, FAMILIES, csv_fields, rich_table, suites, to_dict
@@ -155,7 +156,8 @@ def _why(value: float) -> str:
 
 def _json_ready(data, reasons: dict[str, str]):
     if isinstance(data, dict):
-        out, why = {}, {}
+        out: dict[str, Any] = {}
+        why: dict[str, str] = {}
         for key, value in data.items():
             if _not_finite(value):
                 out[key], why[key] = None, reasons.get(key, _why(value))

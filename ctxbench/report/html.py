@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from importlib import resources
+from typing import Any
 
 from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.errors import UserError
@@ -60,7 +62,7 @@ def _json_obj(text: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def check_output(path: str, inputs: list[str] = ()) -> None:
+def check_output(path: str, inputs: Sequence[str] = ()) -> None:
     """Refuse an ``--html`` path that cannot be written, before anything is computed: a folder, a
     missing or read-only folder, something that is not a regular file, one of the results files
     being read (the page would replace it)."""
@@ -307,17 +309,17 @@ def comparison(base: str, new: str, base_records: list[dict], new_records: list[
     from ctxbench.report.compare import fmt as show
 
     changes, notes = compare(base, new)
-    rows = [dict(key=c.key, base=c.base, new=c.new, status=c.status, reason=c.reason, change=pct(c),
+    rows: list[dict[str, Any]] = [dict(key=c.key, base=c.base, new=c.new, status=c.status, reason=c.reason, change=pct(c),
                  base_text=show(c.base, c.base_ci, c.key["metric"], c.base_all_pass),
                  new_text=show(c.new, c.new_ci, c.key["metric"], c.new_all_pass)) for c in changes]  # fmt: skip
     rows.sort(key=lambda x: _ORDER.get(x["status"], 9))
-    out = dict(base=base, new=new, mode="compare", changes=rows, notes=notes, parity=None)
+    out: dict[str, Any] = dict(base=base, new=new, mode="compare", changes=rows, notes=notes, parity=None)
     backends = ({r.get("backend") or DEFAULT_BACKEND for r in base_records}, {r.get("backend") or DEFAULT_BACKEND for r in new_records})
     if backends[0].isdisjoint(backends[1]):
         from ctxbench.report import parity
 
         pairs, pnotes = parity.parity(base, new)
-        prow = [dict(task=p.task, label=p.label, factor=p.factor, length=p.length, depth=p.depth, metric=p.metric, base=p.a, new=p.b,
+        prow: list[dict[str, Any]] = [dict(task=p.task, label=p.label, factor=p.factor, length=p.length, depth=p.depth, metric=p.metric, base=p.a, new=p.b,
                      status=p.verdict, detail=p.detail, same=p.same, trials=p.trials, same_score=p.same_score) for p in pairs]  # fmt: skip
         prow.sort(key=lambda x: _ORDER.get(x["status"], 9))
         out["parity"] = dict(pairs=prow, notes=pnotes, summary=parity.summary(pairs))

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ctxbench.errors import UserError, closest
 from ctxbench.results.identity import paired_setting, unit_key, uses_factor
@@ -294,14 +295,15 @@ def paired_ppl(base_rows: Sequence[dict], new_rows: Sequence[dict], *, reps: int
                 "compare cells of the same length and stride (the same target tokens)",
             )
     unit = "docs"
-    units_b, units_n = base, new
+    units_b: dict[tuple[Any, ...], tuple[float, int]] = base
+    units_n: dict[tuple[Any, ...], tuple[float, int]] = new
     if len(base) == 1:
         blocks_b, blocks_n = _block_units(base_rows), _block_units(new_rows)
         if blocks_b or blocks_n:
             _same_units(blocks_b, blocks_n, "position buckets", base_rows, new_rows, lambda k: f"[{k[1]}, {k[2]}) at length {k[0]}")
-            for key in blocks_b:
-                if blocks_b[key][1] != blocks_n[key][1]:
-                    raise UserError(f"positions [{key[1]}, {key[2]}): {blocks_b[key][1]} tokens in {_who(base_rows)} but {blocks_n[key][1]} in {_who(new_rows)}",
+            for bucket in blocks_b:
+                if blocks_b[bucket][1] != blocks_n[bucket][1]:
+                    raise UserError(f"positions [{bucket[1]}, {bucket[2]}): {blocks_b[bucket][1]} tokens in {_who(base_rows)} but {blocks_n[bucket][1]} in {_who(new_rows)}",
                                     "compare cells of the same length")  # fmt: skip
             if sum(t for _, t in blocks_b.values()) != next(iter(base.values()))[1]:
                 raise UserError(f"{_who(base_rows)}: its nll_pos buckets do not add up to its document's tokens",
@@ -466,7 +468,7 @@ def _cells(records: Iterable[dict], task: Sequence[str] | str | None, tasks: dic
     records = list(records)
     check_records(records, tasks)
     names = {task} if isinstance(task, str) else (set(task) if task else None)
-    groups: dict[tuple, dict[tuple[str, str], dict[tuple, dict]]] = {}
+    groups: dict[tuple, dict[tuple[str, str, str], dict[tuple, dict]]] = {}  # key -> (label, side, factor) -> rows
     failed: set[tuple] = set()
     for r in records:
         if names is not None and r.get("task") not in names:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ctxbench.errors import UserError, closest
-from ctxbench.parsing import len_label  # noqa: F401  (also imported from here)
+from ctxbench.parsing import len_label
 from ctxbench.results.identity import SETTING, WITHIN, setting_of, unit_key
-from ctxbench.tasks.base import Headline, check_records, extra_of, headline_of  # noqa: F401
+from ctxbench.tasks.base import Headline, check_records, extra_of, headline_of
 from ctxbench.tasks.proxy import HIGHER_IS_BETTER as PROXY_HIGHER_IS_BETTER  # light: no torch
 
 
@@ -144,10 +145,10 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
     titles = _setting_titles({k[:4] for k in groups})
     units: dict[tuple, tuple] = {}  # raw place -> unit key, shared by every cell
     for (model, t, variant, setting, label, f, n, metric), rows in groups.items():
-        head = headline_of(t, tasks)
-        primary = metric == head.metric
+        headline = headline_of(t, tasks)
+        primary = metric == headline.metric
         if not primary:
-            head = Headline(metric, PROXY_HIGHER_IS_BETTER[metric], False)
+            headline = Headline(metric, PROXY_HIGHER_IS_BETTER[metric], False)
         # a factor-free cell (the method ignores the factor) joins every factor's table
         targets = [f] if f else sorted(factors.get((model, t, variant, setting), {""}), key=lambda x: _num(x, 0))
         if factor:
@@ -167,7 +168,7 @@ def build(records: list[dict], tasks: dict | None = None, task=None, method=None
         cell.source = _latest_units(sources.get((model, t, variant, setting, label, f, n), ()), units)
         for target in targets:
             p = tables.setdefault((model, t, variant, setting, target, not primary, metric),
-                                  Pivot(model, t, variant, target, head.metric, head.higher_is_better, [], fraction=head.fraction,
+                                  Pivot(model, t, variant, target, headline.metric, headline.higher_is_better, [], fraction=headline.fraction,
                                         setting=titles[(model, t, variant, setting)], key=setting, headline=primary))  # fmt: skip
             # a copy per table: a factor-free cell's change and paired verdict are against each table's baseline
             p.rows.setdefault(label, {})[n] = replace(cell) if len(targets) > 1 else cell
@@ -295,7 +296,7 @@ def _extra(record: dict) -> dict:
     return extra_of(record)
 
 
-def _add_changes(p: Pivot, baseline: str, tables: list[Pivot] = ()) -> None:
+def _add_changes(p: Pivot, baseline: str, tables: Sequence[Pivot] = ()) -> None:
 
     if baseline not in p.rows:
         # the label may be in a table of the same task set apart by a setting (task options such as
@@ -349,6 +350,7 @@ def fmt_paired(p: Pivot, cell: PivotCell) -> str:
     as a perplexity ratio for NLL and in points for fractions, with the test's own p-value and
     beside it the Holm-adjusted one (Holm 1979) over every comparison the report shows: the raw p
     is the same in any report of this pair, the adjusted one depends on the family it is in."""
+    assert cell.delta is not None and cell.delta_lo is not None and cell.delta_hi is not None  # (set together)
     if p.fraction:
         body = f"Δ {cell.delta * 100:+.0f} pts [{cell.delta_lo * 100:+.0f}, {cell.delta_hi * 100:+.0f}]"
     elif p.metric == "ppl":

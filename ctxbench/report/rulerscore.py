@@ -57,11 +57,15 @@ import json
 import math
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ctxbench.parsing import len_label
 from ctxbench.report.paired import TRIAL_METRICS
 from ctxbench.results.identity import SETTING
 from ctxbench.textsafe import md_cell, md_line
+
+if TYPE_CHECKING:
+    from ctxbench.report.pivot import PivotCell
 
 # RULER's 13 tasks as ctxbench (task, variant) -> RULER's name
 TASKS: dict[tuple[str, str], str] = {
@@ -260,7 +264,7 @@ def suites(ps, reps: int = REPS, seed: int = 0, level: float = LEVEL) -> list[Su
     model, suite setting and factor, with a row per method label."""
 
     # group -> label -> cell factor -> length -> (task, variant) -> residual -> cell
-    store: dict[tuple, dict[str, dict[str, dict[int, dict[tuple, dict[tuple, object]]]]]] = {}
+    store: dict[tuple, dict[str, dict[str, dict[int, dict[tuple, dict[tuple, PivotCell]]]]]] = {}
     settings: dict[tuple, dict] = {}
     models: dict[tuple, str] = {}
     for p in ps:
@@ -280,7 +284,7 @@ def suites(ps, reps: int = REPS, seed: int = 0, level: float = LEVEL) -> list[Su
         factors = sorted({cf for by_factor in labels.values() for cf in by_factor if cf}, key=lambda x: float(x))
         for f in factors or [""]:
             suite = Suite(models[key], f, settings[key], [], group=key)
-            table: dict[str, dict[int, dict[tuple, object]]] = {}
+            table: dict[str, dict[int, dict[tuple, PivotCell]]] = {}
             for label, by_factor in labels.items():
                 cells = by_factor.get(f) if f else None
                 cells = cells if cells is not None else by_factor.get("")
@@ -312,14 +316,14 @@ def suites(ps, reps: int = REPS, seed: int = 0, level: float = LEVEL) -> list[Su
     return sorted(out, key=lambda s: (s.model, s.setting_text, float(s.factor or 0)))
 
 
-def _row(label: str, cells: dict[int, dict[tuple, object]], grid: list[int], reps: int, seed: int, level: float,
+def _row(label: str, cells: dict[int, dict[tuple, PivotCell]], grid: list[int], reps: int, seed: int, level: float,
          said: dict[str, list[str]]) -> SuiteRow:  # fmt: skip
     import numpy as np
 
 
     order = list(TASKS)
     row = SuiteRow(label)
-    draws: dict[int, dict[tuple, object]] = {}  # length -> task -> bootstrap means (fractions), where every task has trials
+    draws: dict[int, dict[tuple, Any]] = {}  # length -> task -> bootstrap means (fractions), where every task has trials
     for n in sorted(cells):
         tasks = sorted(cells[n], key=order.index)
         units = {t: _units(cells[n][t]) for t in tasks}

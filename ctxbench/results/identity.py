@@ -36,10 +36,7 @@ from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.errors import UserError
 from ctxbench.methods import METHODS, default_label, resolve
 from ctxbench.tasks import registry
-from ctxbench.tasks.base import (
-    extra_of,  # noqa: F401  (the row format; imported from here too)
-    headline_of,
-)
+from ctxbench.tasks.base import extra_of, headline_of
 
 if TYPE_CHECKING:
     from ctxbench.tasks.base import Task

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
     from ctxbench.tasks.base import Task
 
-__all__ = ["COLUMNS", "CELL_KEY", "ROW_KEY", "Row", "ResultsFile", "atomic_write", "cell_key", "header_bytes", "locked", "row_key", "read_records",
+__all__ = ["COLUMNS", "CELL_KEY", "ROW_KEY", "Row", "ResultsFile", "atomic_write", "header_bytes", "locked", "read_records",
            "serialize", "write_records"]
 
 COLUMNS = [
@@ -138,7 +138,7 @@ class ForeignFile(UserError):
     """A file that is not a ctxbench results CSV: never overwritten."""
 
 
-def read_records(path: str | Path, must_exist: bool = True) -> list[dict[str, str]]:
+def read_records(path: str | os.PathLike[str], must_exist: bool = True) -> list[dict[str, str]]:
     """Rows of a ctxbench CSV as dicts of strings, after checking it is one.
 
     Raises :class:`UserError` for a missing file, a CSV from another tool, or a truncated or
@@ -170,7 +170,7 @@ RESULTS_MOST = 1 << 30
 VOLATILE_METRICS = frozenset({"tokens_per_s", "peak_mem_mb"})
 
 
-def one_row_each(path: str | Path, records: list[dict[str, str]]) -> list[dict[str, str]]:
+def one_row_each(path: str | os.PathLike[str], records: list[dict[str, str]]) -> list[dict[str, str]]:
     """``records`` with each value once: a row given twice with the same value (a file appended
     to itself, a rerun that measured the same) is kept once; given twice with another value or
     status, it is a conflict no reader may settle by picking one (:class:`UserError` naming the
@@ -199,7 +199,7 @@ def one_row_each(path: str | Path, records: list[dict[str, str]]) -> list[dict[s
     return [r for i, r in enumerate(records) if i not in drop] if drop else records
 
 
-def load_results(path: str | Path, tasks: dict[str, Task] | None = None) -> tuple[list[dict[str, str]], list[str]]:
+def load_results(path: str | os.PathLike[str], tasks: dict[str, Task] | None = None) -> tuple[list[dict[str, str]], list[str]]:
     """The one validated reader of a results file: :func:`read_records` (a regular file under
     :data:`RESULTS_MOST`, UTF-8, a ctxbench header, typed key columns, each value once or a named
     conflict), then :func:`check_results`. ``compare`` in every mode reads through it; ``report`` and
@@ -207,7 +207,7 @@ def load_results(path: str | Path, tasks: dict[str, Task] | None = None) -> tupl
     return check_results(path, read_records(path), tasks)
 
 
-def check_results(path: str | Path, records: list[dict[str, str]], tasks: dict[str, Task] | None = None) -> tuple[list[dict[str, str]], list[str]]:
+def check_results(path: str | os.PathLike[str], records: list[dict[str, str]], tasks: dict[str, Task] | None = None) -> tuple[list[dict[str, str]], list[str]]:
     """``records`` read from ``path``, their partial cells left out
     (:func:`ctxbench.results.identity.drop_partial`; their descriptions returned), and every value
     in its metric's domain (:func:`ctxbench.tasks.base.check_records`: a text, empty or ``0,5`` value
@@ -323,7 +323,7 @@ def header_bytes(columns: list[str]) -> bytes:
 HEADER = header_bytes(COLUMNS)
 
 
-def target(path: str | Path) -> Path:
+def target(path: str | os.PathLike[str]) -> Path:
     """Where writes to ``path`` go: through a symlink to the file it names (replacing the link by
     a plain file would detach a user's ``latest.csv -> runs/2026-11-24.csv``); ``~`` expanded."""
     check_name_lengths(path, "--out", spare=SPARE)  # before any stat, which a too-long name turns into a traceback
@@ -331,7 +331,7 @@ def target(path: str | Path) -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
-def lock_path(path: str | Path) -> Path:
+def lock_path(path: str | os.PathLike[str]) -> Path:
     """The lock file every writer of ``path`` takes: ``.NAME.lock`` beside it."""
     path = Path(path)
     return path.parent / f".{path.name}.lock"
@@ -380,7 +380,7 @@ def locked(path: Path, lock: FileLock | None = None) -> Iterator[None]:
         ) from None
 
 
-def write_records(path: str | Path, records: Iterable[Record]) -> None:
+def write_records(path: str | os.PathLike[str], records: Iterable[Record]) -> None:
     """Write rows atomically (temp file in the same directory, fsync, rename) under the file's lock."""
     path = target(path)
     check_writable(path)
@@ -420,7 +420,7 @@ def atomic_write(path: Path, data: bytes) -> IO[bytes]:
 SPARE = len("." + "." + "9999999" + ".tmp")
 
 
-def check_writable(path: str | Path) -> None:
+def check_writable(path: str | os.PathLike[str]) -> None:
     """Fail early (before any model is loaded, on ``--dry-run`` too) if ``path`` cannot be written:
     a name too long for the filesystem (with room for the lock and temp files beside it), a
     folder that does not exist or is a file, a directory in its place, no permission."""
@@ -478,7 +478,7 @@ class ResultsFile:
     first write; rows other writers add after that are kept.
     """
 
-    def __init__(self, path: str | Path, resume: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], resume: bool = True) -> None:
         check_writable(path)  # named as the user wrote it, as the dry run names it
         self.path = target(path)
         if self.path != expand_path(path):  # through a link: where the rows go must be writable too

@@ -1,3 +1,2 @@
 """Running a grid: settings from loose values, the plan and its cost, the cells left to run, suites,
 ``--trials auto`` and many processes. The CLI and the Python API both call :func:`run_task`."""
-from ctxbench.runner.grid import *  # noqa: F401,F403

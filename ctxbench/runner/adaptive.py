@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 from ctxbench.report.paired import holm, paired_retrieval
 
 if TYPE_CHECKING:
-    # (run is ctxbench.runner.grid.run_task and job a grid.Job: grid imports this module)
+    # (run is ctxbench.runner.grid.run_task, job a grid.Job and results a grid.Results: grid imports this module)
     from ctxbench.backends.base import Engine
     from ctxbench.results.identity import Record
-    from ctxbench.results.store import ResultsFile
     from ctxbench.tasks.base import Cell
 
 ALPHA = 0.05  # separated: Holm-adjusted p below this
@@ -117,7 +116,7 @@ def in_slots(cell: Cell, slots: set[Slot]) -> bool:
     )
 
 
-def run_adaptive(run: Callable[..., Any], lm: Engine, job: Any, results: ResultsFile | None, **kw: Any) -> Any:
+def run_adaptive(run: Callable[..., Any], lm: Engine, job: Any, results: Any, **kw: Any) -> Any:
     """``run(lm, job, results, select=..., **kw)`` (the runner's ``run_task``) in batches: every
     cell first, then only the cells of open pairs, each batch TRIAL_BATCH trials more, until none
     is open, ``max_trials`` is reached or the budget is spent. Returns the last batch's Outcome

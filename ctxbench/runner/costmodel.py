@@ -40,10 +40,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxbench.model.autodtype import device_key, planned  # noqa: F401  (device_key: also imported from here)
+from ctxbench.model.autodtype import device_key, planned
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, positive_number
 from ctxbench.model.files import ALIASES
-from ctxbench.model.size import DEFAULT_SIZE, Flops, ModelSize, assumed_size, model_size, size_of  # noqa: F401  (also imported from here)
+from ctxbench.model.size import Flops, ModelSize
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -142,7 +142,7 @@ def _is_rate(value: object) -> None:
 # Keyed by device, dtype and model. Bump the version when the calibration changes: older rates are
 # then measured again. Version 4: a linear and an attention rate each for forwards and decoding,
 # fitted from two lengths (version 3 held one forward rate and one decoding rate, from one length).
-RATES = JsonCache("rates.json", Schema("throughputs", 4), _is_rate, then="measured again on the next run")
+RATES: JsonCache[dict[str, float]] = JsonCache("rates.json", Schema("throughputs", 4), _is_rate, then="measured again on the next run")
 
 
 def cached_rate(device: str, dtype: str, model: str) -> Throughput | None:
@@ -249,7 +249,7 @@ def _is_factor(value: object) -> None:
 
 
 # Keyed by device, dtype, model and attention path.
-PATH_FACTORS = JsonCache("attention_costs.json", Schema("attention-cost-factors", 1), _is_factor, then="measured again on the next run")
+PATH_FACTORS: JsonCache[dict[str, Any]] = JsonCache("attention_costs.json", Schema("attention-cost-factors", 1), _is_factor, then="measured again on the next run")
 
 
 def _factor_key(device: str, dtype: str, model: str, path: str) -> str:

@@ -16,16 +16,18 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 from ctxbench import backends
 from ctxbench.defaults import DEFAULT_ATTN, DEFAULT_DEVICE, DEFAULT_DTYPE, DEFAULT_MODEL
 from ctxbench.methods import check_applicable, effective_params
 from ctxbench.model.files import check_model
 from ctxbench.report.display import summary_tables
-from ctxbench.results.store import ResultsFile, Row, as_strings, cell_key, check_writable, read_records
+from ctxbench.results.identity import cell_key
+from ctxbench.results.store import ResultsFile, Row, as_strings, check_writable, read_records
 from ctxbench.runner import distributed
 from ctxbench.runner.adaptive import run_adaptive
 from ctxbench.runner.costmodel import measured_factor, measured_rate
@@ -42,8 +44,17 @@ from ctxbench.runner.settings import (
     check_seed,
     check_tensor_parallel,
 )
-from ctxbench.tasks.base import Cell, Measurement, Task
+from ctxbench.tasks.base import Cell, Context, Measurement, Task
 from ctxbench.version import __version__
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ctxbench.backends.base import Engine
+    from ctxbench.methods.params import Params
+    from ctxbench.methods.setting import MethodSetting
+    from ctxbench.results.identity import Record
+    from ctxbench.runner.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -61,7 +72,7 @@ class ModelConfig:
     backend: str = backends.DEFAULT  # a name of ctxbench.backends.BACKENDS (hf: transformers, the reference)
     tensor_parallel: int = 1  # GPUs one vLLM engine spans (--backend vllm)
 
-    def check(self, jobs=()) -> None:
+    def check(self, jobs: Sequence[Job] = ()) -> None:
         """What can be checked without loading: the attention kernel can run on the device, and
         the model's files are where it says and their headers are whole (a missing path or a damaged
         file fails here, before the plan). The dtype, the device (a GPU asked for is there) and
@@ -75,7 +86,7 @@ class ModelConfig:
         check_model(self.model)
         check_backend(jobs, self)  # what the backend cannot run, its tensor parallelism against the model's heads
 
-    def load(self, console=None):
+    def load(self, console: Console | None = None) -> Engine:
         """The loaded model, through its backend; with a rich ``console``, a "loading ..." status meanwhile."""
         if console is None:
             return backends.get(self.backend).load(self)
@@ -88,21 +99,21 @@ class Job:
     """One task with its settings: a command, or one section of a suite."""
 
     task: Task
-    settings: object
+    settings: Any  # the task's settings dataclass (Task.settings)
 
 
 @dataclass
 class Outcome:
     """What a run produced: every record of its grids (new and resumed) and notes for people."""
 
-    records: list[dict]
+    records: list[Record]
     run_id: str = ""
     ran: int = 0
     skipped: int = 0
     failed: int = 0
     notes: list[str] = field(default_factory=list)
     trained_len: int | None = None
-    keys: set = field(default_factory=set)  # cell keys of the whole grid (every rank's share)
+    keys: set[tuple[str, ...]] = field(default_factory=set)  # cell keys of the whole grid (every rank's share)
     failures: list[str] = field(default_factory=list)  # one line per failed cell: which, and why
     engine_starts: list[float] = field(default_factory=list)  # seconds of each engine start (an engine backend)
 
@@ -111,7 +122,7 @@ class Interrupted(Exception):
     """SIGINT or SIGTERM during a run: how many of the grid's cells the results file keeps (the
     CLI turns this into one line with the command that resumes)."""
 
-    def __init__(self, kept: int, out, signal_name: str = "SIGINT") -> None:
+    def __init__(self, kept: int, out: str | os.PathLike[str] | None, signal_name: str = "SIGINT") -> None:
         super().__init__(f"interrupted by {signal_name}")
         self.kept, self.out, self.signal_name = kept, out, signal_name
 
@@ -130,25 +141,28 @@ class MemoryResults:
     """Stands in for a ResultsFile when no --out is given (Python API)."""
 
     def __init__(self) -> None:
-        self.records: list[dict] = []
+        self.records: list[Record] = []
 
-    def done_cells(self) -> dict:
+    def done_cells(self) -> dict[tuple[str, ...], int]:
         return {}
 
-    def add(self, rows) -> None:
+    def add(self, rows: Iterable[Row]) -> None:
 
         new = [r.as_strings() for r in rows]
         keys = {cell_key(r) for r in new}
         self.records = [r for r in self.records if cell_key(r) not in keys] + new
 
 
+Results = ResultsFile | MemoryResults  # where a run's rows go
+
+
 def execute(
     jobs: list[Job],
-    model,
-    out: str | os.PathLike | None = None,
+    model: ModelConfig | Engine,
+    out: str | os.PathLike[str] | None = None,
     resume: bool = True,
     seed: int = 0,
-    console=None,
+    console: Console | None = None,
     dry_run: bool = False,
     before_plan: Callable[[], None] | None = None,
 ) -> Outcome:
@@ -251,7 +265,7 @@ def execute(
     return outcome
 
 
-def _plan_of(jobs, lm, pending=None):
+def _plan_of(jobs: Sequence[Job], lm: Engine, pending: Sequence[Todo | None] | None = None) -> Plan:
     """The plan of a loaded model: its own trained length and size (of only the ``pending`` cells,
     one :class:`ctxbench.runner.plan.Todo` per job, when given)."""
 
@@ -259,14 +273,14 @@ def _plan_of(jobs, lm, pending=None):
                       pending=pending, dtype_note=lm.dtype_note)  # fmt: skip
 
 
-def _results(out, resume):
+def _results(out: str | os.PathLike[str] | None, resume: bool) -> Results:
     if out is None:
         return MemoryResults()
 
     return ResultsFile(out, resume=resume)
 
 
-def _summarise(show, jobs: list[Job], outcome: Outcome, out) -> None:
+def _summarise(show: Console, jobs: list[Job], outcome: Outcome, out: str | os.PathLike[str] | None) -> None:
 
     for note in outcome.notes:
         show.print(f"[yellow]{'' if note.startswith('warning:') else 'note: '}{note}[/]", markup=True)
@@ -285,7 +299,7 @@ def _summarise(show, jobs: list[Job], outcome: Outcome, out) -> None:
 CALIBRATE_ABOVE = 3e12
 
 
-def _calibrated(show, lm, plan) -> None:
+def _calibrated(show: Console, lm: Engine, plan: Plan) -> None:
     """First run on this device and dtype: time one short forward of the loaded model (cached
     for the next plans) and say what the whole run costs at that throughput."""
 
@@ -300,7 +314,7 @@ def _calibrated(show, lm, plan) -> None:
                "on this machine)[/]", highlight=False)  # fmt: skip
 
 
-def _path_factors(show, lm, jobs, replan) -> None:
+def _path_factors(show: Console, lm: Engine, jobs: Sequence[Job], replan: Callable[[], Plan]) -> None:
     """First run of an attention path on this device and dtype: time one forward of its first
     method (at its first factor) against a plain one (cached for the next plans), and say what the
     whole run costs with it."""
@@ -309,7 +323,7 @@ def _path_factors(show, lm, jobs, replan) -> None:
         rate = measured_rate(lm)  # cached by now, or measured just before
     except Exception:  # noqa: BLE001  no throughput (said above): the plan keeps its plain price
         return
-    seen = set()
+    seen: set[str] = set()
     for job in jobs:
         for m in getattr(job.settings, "methods", ()):
             if not m.attention_path or m.attention_path in seen:
@@ -331,21 +345,21 @@ class Pending:
     """What a job's run will do, before it runs: its grid, the groups of cells this process runs,
     which of them the results file does not hold yet, and how to write a cell's rows."""
 
-    grid: list  # this process's cells (its shard's, when sharded)
-    full_grid: list  # every cell of the job
-    todo_groups: list  # the groups of cells still to run (each a list of cells)
-    rows_for: Callable  # (cell, measurements) -> [Row]
-    key_of: Callable  # cell -> its cell key
-    notes: list
-    short: dict  # cell key -> cell, of the cells that hold fewer trials than asked
+    grid: list[Cell]  # this process's cells (its shard's, when sharded)
+    full_grid: list[Cell]  # every cell of the job
+    todo_groups: list[list[Cell]]  # the groups of cells still to run (each a list of cells)
+    rows_for: Callable[[Cell, list[Measurement]], list[Row]]
+    key_of: Callable[[Cell], tuple[str, ...]]  # cell -> its cell key
+    notes: list[str]
+    short: dict[tuple[str, ...], Cell]  # cell key -> cell, of the cells that hold fewer trials than asked
 
     @property
-    def todo(self) -> list:
+    def todo(self) -> list[Cell]:
         return [c for g in self.todo_groups for c in g]
 
 
-def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, shard: tuple[int, int] | None = None,
-            ctx=None, select=None) -> Pending:  # fmt: skip
+def pending(lm: Engine, job: Job, results: Results, seed: int = 0, run_id: str | None = None, shard: tuple[int, int] | None = None,
+            ctx: Context | None = None, select: Callable[[Cell], bool] | None = None) -> Pending:  # fmt: skip
     """The cells of ``job`` that ``results`` does not hold yet (see :func:`run_task`), computed the
     way the run computes them: ``execute`` plans only these, and ``run_task`` runs them."""
     import torch
@@ -378,7 +392,7 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
         extra_all["rank"] = shard[0]
     for c in full_grid:  # a scaling method on a model without RoPE, a length past a learned position table
         check_applicable(c.method, lm.geometry, c.length)
-    effective: dict[tuple, dict] = {}  # (method, factor) -> every parameter after defaults
+    effective: dict[tuple[MethodSetting, float | None], Params] = {}  # (method, factor) -> every parameter after defaults
     for c in full_grid:
         if (c.method, c.factor) not in effective:
             effective[(c.method, c.factor)] = effective_params(c.method, lm.geometry, c.factor or 1.0)
@@ -393,7 +407,7 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
                 notes.append(note)
     factors = sorted(set(settings.factors))
 
-    def cell_fields(cell: Cell) -> dict:
+    def cell_fields(cell: Cell) -> dict[str, Any]:
         """The columns every row of ``cell`` shares: its identity and provenance."""
         return dict(
             task=cell.task, method=cell.method.name, label=cell.method.label,
@@ -425,7 +439,7 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
             for m in measurements
         ]
 
-    def key_of(cell: Cell) -> tuple:
+    def key_of(cell: Cell) -> tuple[str, ...]:
         return cell_key(as_strings(cell_fields(cell)))
 
     done = results.done_cells()
@@ -444,16 +458,16 @@ def pending(lm, job: Job, results, seed: int = 0, run_id: str | None = None, sha
 
 
 def run_task(
-    lm,
+    lm: Engine,
     job: Job,
-    results,
+    results: Results,
     seed: int = 0,
     run_id: str | None = None,
     shard: tuple[int, int] | None = None,
-    progress=None,
+    progress: TokenProgress | None = None,
     planned_tokens: int = 0,
-    ctx=None,
-    select=None,
+    ctx: Context | None = None,
+    select: Callable[[Cell], bool] | None = None,
 ) -> Outcome:
     """Run every cell of ``job``'s grid that ``results`` does not hold yet (:func:`pending`).
 
@@ -542,11 +556,11 @@ def non_finite(measurements: list[Measurement]) -> str | None:
 CELL_EXTRA = ("trained_len", "cell_rows", "factors", "rank", "attention_kernel")  # what rows_for adds to every row of a cell
 
 
-def _kept_trials(records: list[dict], short: dict) -> dict:
+def _kept_trials(records: list[Record], short: dict[tuple[str, ...], Cell]) -> dict[Cell, dict[int, Measurement]]:
     """{cell: {trial: Measurement}} of the numbered trial rows the file holds for ``short``
     ({cell key: cell}): cells that now ask for more trials keep these and run only the rest."""
 
-    kept: dict = {}
+    kept: dict[Cell, dict[int, Measurement]] = {}
     for r in records:
         cell = short.get(cell_key(r))
         trial = str(r.get("trial", ""))
@@ -562,7 +576,8 @@ def _kept_trials(records: list[dict], short: dict) -> dict:
     return kept
 
 
-def _run_with_retry(task: Task, lm, ctx, group, settings, finished):
+def _run_with_retry(task: Task, lm: Engine, ctx: Context, group: list[Cell], settings: Any,
+                    finished: set[Cell]) -> Iterator[tuple[Cell, list[Measurement]]]:
     """Run a group; on out-of-memory, free the cache and retry the unfinished cells one by one
     with smaller chunks before giving up (the caller marks them ``oom``)."""
     import torch

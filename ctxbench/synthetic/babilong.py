@@ -183,7 +183,7 @@ def _qa1(rng: random.Random) -> Story:
     return Story(tuple(facts), f"Where is {p}?", where[p])
 
 
-def _carry_story(rng: random.Random, want_history: bool) -> tuple[list[str], str, dict, dict]:
+def _carry_story(rng: random.Random, want_history: bool) -> tuple[list[str], str, str | None, dict[str, list[str]]]:
     """People move, get and drop objects (qa2, qa3); returns the facts, the asked object, its
     room (where it is now) and the rooms it was in, in order."""
     where: dict = {p: None for p in PEOPLE}
@@ -259,7 +259,7 @@ def _qa5(rng: random.Random) -> Story:
     where: dict = {}
     held: dict = {}
     facts: list[str] = []
-    last = None
+    last: tuple[str, str, str] | None = None  # (giver, object, receiver) of the latest give
     for i in range(60):
         if last is not None and i >= rng.randint(6, 12):
             break
@@ -280,6 +280,7 @@ def _qa5(rng: random.Random) -> Story:
             facts.append(f"{p} {rng.choice(GETS)} the {o} there.")
             continue
         facts.append(_move(rng, where, GIVERS))
+    assert last is not None  # (60 steps always hold a give)
     g, o, r = last
     kind = rng.randrange(4)
     question, answer = [(f"Who gave the {o}?", g), (f"Who received the {o}?", r), (f"What did {g} give to {r}?", o),

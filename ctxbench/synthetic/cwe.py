@@ -45,7 +45,8 @@ class _Lazy:
     """Token lists of an endless text stream, tokenised on first use."""
 
     def __init__(self, tokenizer, texts) -> None:
-        self._it, self.items = batched(tokenizer, texts, 512), []
+        self._it = batched(tokenizer, texts, 512)
+        self.items: list[list[int]] = []
 
     def __getitem__(self, i: int) -> list[int]:
         while len(self.items) <= i:

@@ -124,6 +124,7 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth: float | None, hay_
         places = _ruler_places(rng, bounds, len(texts), kind)
         first = min(places[i] for i in asked_ix)
     else:
+        assert depth is not None  # (given, or drawn above when not ruler)
         first = nearest(bounds, depth * len(hay))
         places = {asked_ix[0]: first}
         if ruler:  # a fixed depth for the asked needle, RULER's random places for every other one

@@ -566,6 +566,7 @@ class RulerStream:
 
     def _sample(self, index: int) -> Prompt:
         used, q = self.count, self.data.questions[index]
+        assert used is not None  # (counted by the caller before any sample)
         while True:  # RULER: try the count, step down by 10 while it does not fit
             try:
                 order = self.documents(index, used)

@@ -100,6 +100,7 @@ def make(tokenizer, fr: Frame, cfg: dict, length: int, depth: float | None, hay_
         places = sorted(rng.sample(slots, hops + 1)) if len(slots) > hops else sorted(rng.choice(slots) for _ in range(hops + 1))
         first = places[0]
     else:
+        assert depth is not None  # (given, or drawn above when not ruler)
         first = nearest(bounds, depth * len(hay))
         places = [first] + after(rng, bounds, first, hops)
     context, offsets = weave(hay, list(zip(places, lines, strict=True)))

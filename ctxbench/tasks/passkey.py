@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from ctxbench.errors import UserError
 from ctxbench.tasks import proxy, thinking, trials
 from ctxbench.tasks.base import FRACTION, OUTCOME, Cell, Context, CostItem, Measurement, Option, Task
-from ctxbench.tasks.common import (  # noqa: F401  (parse_depths: the name scripts imported from here)
+from ctxbench.tasks.common import (
     accuracy_rows,
-    answer_cells,
     check_generation,
     check_trials,
     depths_option,
@@ -41,7 +40,6 @@ from ctxbench.tasks.common import (  # noqa: F401  (parse_depths: the name scrip
     mode_note,
     most_trials,
     parse_bool,
-    parse_depths,
     parse_positive_int,
     settle_mode,
     shared_prefix_cost,

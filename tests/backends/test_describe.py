@@ -59,7 +59,7 @@ def test_the_spy_sees_a_model_built(folder, no_model_built):
 
 @pytest.mark.slow
 def test_the_default_model_is_described_as_the_loader_sees_it_and_a_warm_cache_builds_nothing(monkeypatch):
-    from ctxbench.model.files import DEFAULT_MODEL
+    from ctxbench.defaults import DEFAULT_MODEL
 
     loaded = load(DEFAULT_MODEL, device="cpu", dtype="float32")  # writes the float32 dequantised checkpoint if absent
     built = []

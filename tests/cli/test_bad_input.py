@@ -12,7 +12,7 @@ import sys
 import pytest
 from helpers import save_with_tokenizer, tiny_llama
 
-from ctxbench.results import COLUMNS
+from ctxbench.results.store import COLUMNS
 
 _TYPED = {"length": "1024", "seed": "0", "factor": "2", "stride": "", "depth": ""}  # key columns read as numbers
 GOOD_ROW = [_TYPED.get(c, "x") for c in COLUMNS]

@@ -14,7 +14,7 @@ import pytest
 
 from ctxbench.errors import UserError
 from ctxbench.methods import METHODS, resolve
-from ctxbench.results import COLUMNS
+from ctxbench.results.store import COLUMNS
 from ctxbench.runner.settings import check_attn, resolve_methods
 from ctxbench.runner.suite import load_suite
 

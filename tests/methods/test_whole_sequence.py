@@ -377,7 +377,7 @@ def _cli(argv, workdir, monkeypatch, capsys):
 @CUDA
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_ctxbench_ppl_on_cuda_runs_every_attention_level_method(dtype, tmp_path, monkeypatch, capsys):
-    from ctxbench.results import ResultsFile
+    from ctxbench.results.store import ResultsFile
 
     save_with_tokenizer(gpu_llama(layers=3), tmp_path / "model")  # ms-poe's default first layer is 2
     (tmp_path / "corpus").mkdir()

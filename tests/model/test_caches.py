@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save
 
 from ctxbench.backends.hf import wrap
 from ctxbench.methods.setting import resolve
-from ctxbench.model.autodtype import PROBES, cached_probe, probe, probe_key
+from ctxbench.model.autodtype import PROBES, cached_probe, device_key, probe, probe_key
 from ctxbench.model.cache import MANIFEST, digest, seal_dir
 from ctxbench.model.files import DIGESTS, GEOMETRY, file_digest, file_key, load_config, load_geometry
 from ctxbench.model.geometry import RopeGeometry
@@ -36,7 +36,6 @@ from ctxbench.runner.costmodel import (
     DEFAULT_CPU,
     PATH_FACTORS,
     RATES,
-    device_key,
     factors_for_plan,
     measured_factor,
     measured_rate,

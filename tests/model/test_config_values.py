@@ -14,7 +14,7 @@ import pytest
 from helpers import save_with_tokenizer, tiny_llama
 
 from ctxbench.model.configcheck import REQUIRED
-from ctxbench.results import COLUMNS
+from ctxbench.results.store import COLUMNS
 
 
 def _params(**kw):

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from ctxbench.errors import UserError
 from ctxbench.model.files import check_safetensors
-from ctxbench.results import COLUMNS
+from ctxbench.results.store import COLUMNS
 
 
 def _weights(d):

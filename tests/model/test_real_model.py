@@ -35,7 +35,7 @@ def plain_yarn():
     ctxbench's), with transformers' own YaRN x2 set in the config."""
     from transformers import AutoModelForCausalLM
 
-    from ctxbench.model.load import locate
+    from ctxbench.model.files import locate
 
     _, path, gguf = locate("smollm2-135m")
     return AutoModelForCausalLM.from_pretrained(

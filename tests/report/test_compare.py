@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from ctxbench.results import COLUMNS, write_records
+from ctxbench.results.store import COLUMNS, write_records
 
 pytestmark = pytest.mark.integration  # runs the CLI or Python in a subprocess
 

@@ -374,7 +374,7 @@ def test_rank_orders_by_headline_and_letters_follow_holm():
 
 def test_committed_ppl_file_paired_interval_at_least_5x_narrower():
     """One document per length in this file: units are its 512-position buckets (blocks)."""
-    from ctxbench.results import read_records
+    from ctxbench.results.store import read_records
 
     records = read_records(ROOT / "results" / "ppl-smollm2-x4-1k-32k.csv")
 

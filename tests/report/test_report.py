@@ -12,7 +12,7 @@ from helpers import run_settings
 
 from ctxbench.methods import resolve
 from ctxbench.report.formats import pivots, to_csv, to_json, to_markdown
-from ctxbench.results import write_records
+from ctxbench.results.store import write_records
 from ctxbench.runner.settings import build_settings, resolve_methods
 from ctxbench.tasks import get
 

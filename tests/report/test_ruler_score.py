@@ -15,7 +15,7 @@ from helpers import ROOT
 
 from ctxbench.report.formats import pivots, ruler_suites, to_csv, to_json, to_markdown
 from ctxbench.report.rulerscore import THRESHOLD, effective_length, wavg, weights
-from ctxbench.results import Row, read_records, write_records
+from ctxbench.results.store import Row, read_records, write_records
 from ctxbench.tasks.base import Measurement
 from ctxbench.tasks.common import accuracy_rows
 

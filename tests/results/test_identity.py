@@ -14,8 +14,8 @@ import pytest
 from helpers import DATA, run_settings
 
 from ctxbench.errors import UserError
-from ctxbench.results import COLUMNS, ResultsFile, read_records
 from ctxbench.results.identity import cell_key, finished
+from ctxbench.results.store import COLUMNS, ResultsFile, read_records
 from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get
 

@@ -14,8 +14,9 @@ import pytest
 from helpers import ROOT
 
 from ctxbench.errors import UserError
-from ctxbench.results import COLUMNS, ResultsFile, cell_key, lock_path, read_records, row_key
 from ctxbench.results import store as results_module
+from ctxbench.results.identity import cell_key, row_key
+from ctxbench.results.store import COLUMNS, ResultsFile, lock_path, read_records
 
 WORKERS, CELLS, ROWS = 6, 15, 3  # per worker: cells; per cell: rows
 

@@ -15,7 +15,8 @@ from helpers import run_settings
 
 import ctxbench
 from ctxbench.methods import resolve
-from ctxbench.results import COLUMNS, ROW_KEY, read_records, row_key
+from ctxbench.results.identity import row_key
+from ctxbench.results.store import COLUMNS, ROW_KEY, read_records
 from ctxbench.tasks import ppl
 
 VOLATILE = {"run_id", "time", "seconds"}

@@ -6,9 +6,8 @@ import pytest
 from helpers import RESULTS
 
 from ctxbench.errors import UserError
-from ctxbench.results import write_records
 from ctxbench.results.rowid import find, numbered, split
-from ctxbench.results.store import read_records
+from ctxbench.results.store import read_records, write_records
 
 
 def test_a_row_keeps_its_id_when_the_file_is_rewritten_in_another_order(tmp_path):

@@ -114,7 +114,7 @@ def test_auto_on_a_tiny_model_runs_one_batch_when_methods_agree(tiny_lm, tmp_pat
 
 
 def run_settings_auto(lm, settings, out):
-    from ctxbench.results import ResultsFile
+    from ctxbench.results.store import ResultsFile
     from ctxbench.runner.grid import run_task
 
     return run_adaptive(run_task, lm, Job(get("niah"), settings), ResultsFile(out))

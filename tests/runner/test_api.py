@@ -8,7 +8,7 @@ import pytest
 
 import ctxbench
 from ctxbench.errors import UserError
-from ctxbench.results import COLUMNS
+from ctxbench.results.store import COLUMNS
 
 
 def test_run_returns_a_dataframe_with_the_schema(tiny_lm, corpus_dir, tmp_path):

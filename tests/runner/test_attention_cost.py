@@ -14,12 +14,12 @@ from rich.console import Console
 from ctxbench.backends.hf import wrap
 from ctxbench.methods.registry import METHODS
 from ctxbench.methods.setting import resolve
+from ctxbench.model.autodtype import device_key
 from ctxbench.model.size import DEFAULT_SIZE, Flops
 from ctxbench.runner.costmodel import (
     DEFAULT_CPU,
     PATH_FACTORS,
     attention_factor,
-    device_key,
     factors_for_plan,
     measured_factor,
 )

@@ -10,7 +10,8 @@ import sys
 import pytest
 from helpers import run_settings
 
-from ctxbench.results import read_records, row_key
+from ctxbench.results.identity import row_key
+from ctxbench.results.store import read_records
 
 TIMING = {"tokens_per_s", "peak_mem_mb"}
 

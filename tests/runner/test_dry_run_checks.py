@@ -18,7 +18,7 @@ import pytest
 import torch
 from helpers import byte_tokenizer, one_error_line, run_settings, save_with_tokenizer, tiny_llama
 
-from ctxbench.results import COLUMNS
+from ctxbench.results.store import COLUMNS
 
 
 @pytest.fixture

@@ -5,17 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import tiny_llama
 
-from ctxbench.model.size import Flops
-from ctxbench.runner.costmodel import (
-    DEFAULT_CPU,
-    DEFAULT_SIZE,
-    ModelSize,
-    Throughput,
-    cached_rate,
-    fit,
-    measured_rate,
-    rate_for_plan,
-)
+from ctxbench.model.size import DEFAULT_SIZE, Flops, ModelSize
+from ctxbench.runner.costmodel import DEFAULT_CPU, Throughput, cached_rate, fit, measured_rate, rate_for_plan
 from ctxbench.runner.grid import Job
 from ctxbench.runner.plan import plan_table
 from ctxbench.runner.settings import build_settings
@@ -166,8 +157,9 @@ def test_a_rate_of_the_old_single_length_form_is_measured_again(tiny_lm, tmp_pat
     the two-length form (version 4)."""
     import json
 
+    from ctxbench.model.autodtype import device_key
     from ctxbench.model.cache import digest
-    from ctxbench.runner.costmodel import RATES, device_key
+    from ctxbench.runner.costmodel import RATES
 
     monkeypatch.setenv("CTXBENCH_CACHE", str(tmp_path))
     old = {"prefill": 3.7e10, "decode": 1.0e9}

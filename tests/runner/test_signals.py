@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from ctxbench.results import read_records
 from ctxbench.results.identity import finished
+from ctxbench.results.store import read_records
 
 pytestmark = pytest.mark.integration  # runs the CLI or Python in a subprocess
 
@@ -50,7 +50,7 @@ def test_a_signal_mid_run_says_what_is_kept_and_how_to_resume(tmp_path, saved_mo
 def test_a_signal_taken_by_another_thread_mid_save_is_raised_after_the_save():
     # torch's worker threads do not block signals, so the kernel may hand SIGINT to one of them
     # while the main thread saves a cell; the save must still finish before KeyboardInterrupt.
-    from ctxbench.results import signals_deferred
+    from ctxbench.results.store import signals_deferred
 
     go, sent = threading.Event(), threading.Event()
 

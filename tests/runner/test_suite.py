@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from ctxbench.errors import UserError
-from ctxbench.results import read_records, row_key
+from ctxbench.results.identity import row_key
+from ctxbench.results.store import read_records
 from ctxbench.runner.plan import plan_table
 from ctxbench.runner.suite import load_suite
 

@@ -14,10 +14,11 @@ from ctxbench.methods import resolve
 from ctxbench.methods.patching import applied
 from ctxbench.model.decoding import decode_shared, greedy, plan
 from ctxbench.model.decoding import extend as prefix_cache
-from ctxbench.results import read_records
+from ctxbench.results.store import read_records
 from ctxbench.tasks import passkey
 from ctxbench.tasks.base import Context
-from ctxbench.tasks.passkey import build_prompt, draw_key, first_integer, fixed_tokens, parse_depths
+from ctxbench.tasks.common import parse_depths
+from ctxbench.tasks.passkey import build_prompt, draw_key, first_integer, fixed_tokens
 
 LENGTHS = [260, 300, 457, 1000, 1500, 2048, 3333, 5000]
 DEPTHS = [i / 20 for i in range(21)]

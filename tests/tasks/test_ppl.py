@@ -259,7 +259,7 @@ def test_bos_on_off_and_auto_give_the_expected_first_tokens(corpus_dir, tokenize
 
 
 def test_bos_on_and_off_are_different_cells_with_different_numbers(tiny_lm, corpus_dir, tmp_path):
-    from ctxbench.results import read_records
+    from ctxbench.results.store import read_records
 
     out = tmp_path / "bos.csv"
     for bos in ("off", "on", "off"):  # the second "off" resumes: nothing new

@@ -16,7 +16,7 @@ from ctxbench.backends.hf import wrap
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
 from ctxbench.methods.patching import applied
-from ctxbench.results import read_records
+from ctxbench.results.store import read_records
 from ctxbench.tasks import get, passkey, ppl, proxy
 from ctxbench.tasks.corpus import Tokenized, load_corpus
 

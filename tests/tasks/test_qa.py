@@ -203,7 +203,7 @@ def test_prompt_plus_32_fits_and_one_more_document_does_not(variant, chat, lengt
 def test_accounting_with_a_real_bpe_tokenizer():
     from transformers import AutoTokenizer
 
-    from ctxbench.model.load import ALIASES
+    from ctxbench.model.files import ALIASES
 
     path = ALIASES["smollm2-135m"]()  # only the tokenizer, read from the GGUF file
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -484,7 +484,7 @@ def test_the_cli_runs_qa_end_to_end(qa_workdir, saved_model, monkeypatch, capsys
     code = _cli(monkeypatch, ["qa", "--model", str(saved_model), "--qa-data", str(HOTPOT), "--variant", "qa_2", "--len", "1500",
                               "--trials", "2", "--device", "cpu", "--out", "out.csv"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    from ctxbench.results import read_records
+    from ctxbench.results.store import read_records
 
     records = read_records(qa_workdir / "out.csv")
     assert [r["metric"] for r in records] == ["score", "score", "accuracy", "accuracy_lo", "accuracy_hi"]

@@ -14,8 +14,8 @@ from transformers import PreTrainedTokenizerFast
 
 from ctxbench.errors import UserError
 from ctxbench.methods import resolve
-from ctxbench.results import read_records
 from ctxbench.results.identity import cell_key
+from ctxbench.results.store import read_records
 from ctxbench.runner.settings import build_settings
 from ctxbench.synthetic import TOKENS_TO_GENERATE, build, load_haystack
 from ctxbench.synthetic.niah import RULER_DEPTHS
@@ -152,7 +152,7 @@ def test_rows_written_before_the_protocol_existed_read_as_exact(tmp_path):
     and so does a file written with an options column that lacks the protocol."""
     import csv
 
-    from ctxbench.results import COLUMNS
+    from ctxbench.results.store import COLUMNS
 
     records = read_records("results/niah-smollm2-x2.csv")
     assert {json.loads(r["options"])["protocol"] for r in records} == {"exact"}

@@ -366,7 +366,7 @@ def test_a_user_haystack_directory_is_read_in_order_and_used(tmp_path, tok):
 def smol_tok():
     from transformers import AutoTokenizer
 
-    from ctxbench.model.load import ALIASES
+    from ctxbench.model.files import ALIASES
 
     path = ALIASES["smollm2-135m"]()  # only the tokenizer, read from the GGUF file
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

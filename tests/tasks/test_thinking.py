@@ -42,7 +42,7 @@ def smol():
     special tokens and a template that opens a think block, as DeepSeek-R1's does."""
     from transformers import AutoTokenizer
 
-    from ctxbench.model.load import ALIASES
+    from ctxbench.model.files import ALIASES
 
     path = ALIASES["smollm2-135m"]()
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -347,7 +347,7 @@ def test_prompt_mode_auto_says_its_choice_and_why_once_in_the_run_s_notes(tokeni
 
 def test_compare_says_when_the_two_files_ran_other_prompt_modes_and_pairs_none(tokenizer, tmp_path):
     from ctxbench.report.compare import compare
-    from ctxbench.results import write_records
+    from ctxbench.results.store import write_records
 
     _, _, records = _both_modes(tokenizer, trials=1)
     base, new = tmp_path / "a.csv", tmp_path / "b.csv"

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from ctxbench.model.autodtype import device_key
 from ctxbench.model.size import model_size
-from ctxbench.runner.costmodel import DEFAULT_CPU, PATH_FACTORS, device_key
+from ctxbench.runner.costmodel import DEFAULT_CPU, PATH_FACTORS
 from ctxbench.tune.run import TuneSettings, price
 from ctxbench.tune.space import space_for
 
