@@ -3,14 +3,14 @@ CLI loads (typer, rich, the task registry and numpy: about a second), so it cost
 
 import sys
 
+from ctxbench.version import __version__
+
 
 def main() -> None:
     if sys.argv[1:] == ["--version"]:
-        from ctxbench.version import __version__
-
         sys.stdout.write(f"ctxbench {__version__}\n")
         return
-    from ctxbench.cli import main as cli_main
+    from ctxbench.cli import main as cli_main  # start-up: loads numpy, rich, typer
 
     cli_main()
 

@@ -25,6 +25,7 @@ from ctxbench.runner.grid import Job, ModelConfig, execute
 from ctxbench.runner.settings import build_settings, resolve_methods
 from ctxbench.runner.suite import default_out, load_suite
 from ctxbench.tasks import get
+from ctxbench.tune.run import DEFAULT_GUARD, TuneSettings, check, show_plan, trials_for, tune
 
 if TYPE_CHECKING:  # for the annotations only: importing ctxbench loads neither pandas nor torch
     import pandas as pd
@@ -133,8 +134,6 @@ def tune_method(method: str, target: int, out: str | os.PathLike, *, objective: 
     Returns:
         A `ctxbench.tune.run.TuneOutcome` (`None` for a dry run).
     """
-    from ctxbench.tune.run import DEFAULT_GUARD, TuneSettings, check, show_plan, trials_for, tune
-
     settings = TuneSettings(method=method, target=int(target), out=str(out), objective=objective, trials=budget, minutes=minutes,
                             guard=DEFAULT_GUARD if guard is None else guard, docs=docs, dataset=dataset, split=split,
                             text_column=text_column, seed=seed,
@@ -176,7 +175,7 @@ def sweep(suite: str | os.PathLike, out: str | os.PathLike | None = None, resume
 def _console(show: bool):
     if not show:
         return None
-    from rich.console import Console
+    from rich.console import Console  # start-up: rich only where it runs
 
     return Console()
 
@@ -191,7 +190,7 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
         A pandas DataFrame with every column of the results file; `factor`, `value` and `seconds`
             as floats, `length`, `tokens` and `seed` as nullable integers.
     """
-    import pandas as pd
+    import pandas as pd  # start-up: pandas only where it runs
 
     frame = pd.DataFrame.from_records(records, columns=COLUMNS) if records else pd.DataFrame(columns=COLUMNS)
     for col in ("factor", "value", "seconds"):

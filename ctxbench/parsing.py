@@ -3,10 +3,14 @@ comma lists, ``key=value`` method parameters."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import select
+import stat
 from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from ctxbench.errors import UserError
@@ -137,8 +141,6 @@ def parse_factor(text) -> float:
 
 def _decimal_is_finite(text) -> bool:
     """Whether ``text`` is a finite decimal number however many digits (``float`` turns 400 nines into inf)."""
-    from decimal import Decimal, InvalidOperation
-
     try:
         return Decimal(str(text).strip()).is_finite()
     except (InvalidOperation, ValueError):
@@ -337,8 +339,6 @@ class NotAFile(OSError):
 
 def kind_of(mode: int) -> str:
     """What a file of ``st_mode`` is, for people: ``a folder``, ``a FIFO (named pipe)``, ..."""
-    import stat
-
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):  # fmt: skip
         if test(mode):
@@ -359,9 +359,6 @@ def short(text: object, most: int = 60) -> str:
 def _open_checked(path, most: int, streams: bool, within) -> tuple[int, os.stat_result, bool]:
     """(fd, fstat, whether regular) of ``path`` opened without blocking, after the checks of
     :func:`read_bounded`; the caller closes ``fd``."""
-    import errno
-    import stat
-
     path = os.fspath(path)
     if within is not None:
         real, root = os.path.realpath(path), os.path.realpath(within)
@@ -407,8 +404,6 @@ def read_bounded(path: str | os.PathLike, most: int, streams: bool = False, with
     ``within`` (a cache folder), a path whose real place is outside that folder is refused (a link
     out of the cache is never followed). Opened ``O_NONBLOCK``: opening a FIFO nobody writes does
     not wait for a writer."""
-    import select
-
     fd, st, _ = _open_checked(path, most, streams, within)
     try:
         chunks, size = [], 0

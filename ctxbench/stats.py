@@ -197,7 +197,7 @@ def _interval(per_doc, boot, n_boot: int, seed: int, level: float, block: int) -
     return lo, hi, "docs"
 
 
-def mean_stderr(values: Sequence[float]) -> float:
+def mean_stderr(values: Sequence[float] | np.ndarray) -> float:
     """llama.cpp's ``±`` of a mean (``tools/perplexity/perplexity.cpp``, ``mean_and_uncertainty``):
     ``sqrt((E[x^2] - E[x]^2) / (n - 1))``, and 0 for 10 values or fewer."""
     x = np.asarray(values, dtype=np.float64).ravel()

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 from ctxbench.backends.base import Engine, Finished, ModelOptions, Timed
 from ctxbench.defaults import DEFAULT_MODEL
 from ctxbench.errors import UserError
+from ctxbench.model.decoding import decode_shared, score_shared, stop_tokens
+from ctxbench.model.geometry import layers_of
 from ctxbench.model.load import LoadedModel
+from ctxbench.model.load import wrap as wrap_model
+from ctxbench.model.measure import decoder_layers, time_forwards
+from ctxbench.model.scoring import final_hidden, kl_from_hidden, nll_from_hidden, sliding_nll, token_nll
+from ctxbench.model.size import size_of
 
 if TYPE_CHECKING:
     import torch
@@ -34,7 +40,7 @@ def check(methods: Sequence[MethodSetting], metrics: Sequence[str], config: Mode
 
 
 def load(config: ModelOptions) -> HfEngine:
-    from ctxbench.model.load import load as load_model
+    from ctxbench.model.load import load as load_model  # looked up when called (tests replace it)
 
     return HfEngine.of(load_model(config.model, device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code,
                                   attn=config.attn, device_map=config.device_map, quantization=config.quantization))  # fmt: skip
@@ -43,15 +49,13 @@ def load(config: ModelOptions) -> HfEngine:
 def load_model(spec: str = DEFAULT_MODEL, **options: Any) -> HfEngine:
     """A model by name or path as an engine: :func:`ctxbench.model.load.load` (its ``options``:
     device, dtype, trust_remote_code, attn, device_map, quantization) without a run's config."""
-    from ctxbench.model.load import load as load_model
+    from ctxbench.model.load import load as load_model  # looked up when called (tests replace it)
 
     return HfEngine.of(load_model(spec, **options))
 
 
 def wrap(model: torch.nn.Module, tokenizer: object, name: str = "in-memory", digest: str = "in-memory") -> HfEngine:
     """An already-built transformers model (tests, notebooks) as an engine (:func:`ctxbench.model.load.wrap`)."""
-    from ctxbench.model.load import wrap as wrap_model
-
     return HfEngine.of(wrap_model(model, tokenizer, name=name, digest=digest))
 
 
@@ -69,24 +73,20 @@ class HfEngine(LoadedModel, Engine):
 
     @contextlib.contextmanager
     def session(self, method: MethodSetting, factor: float, seq_len: int) -> Iterator[HfSession]:
-        from ctxbench.methods.patching import applied
+        from ctxbench.methods.patching import applied  # start-up: loads accelerate, filelock, huggingface_hub
 
         with applied(self.model, self.geometry, method, factor, seq_len):
             yield HfSession(self)
 
     def size(self) -> ModelSize:
-        from ctxbench.model.size import size_of
-
         return size_of(self)
 
     def num_layers(self) -> int | None:
-        from ctxbench.model.geometry import layers_of
-
         return layers_of(getattr(self.model, "config", None))
 
     def check_layouts(self, jobs: Sequence[Any]) -> None:
         """Refuse a method whose frequencies do not fit the model's rotary tables (one line, before the plan)."""
-        from ctxbench.methods.patching import check_layout
+        from ctxbench.methods.patching import check_layout  # start-up: loads accelerate, filelock, huggingface_hub
 
         for job in jobs:
             for method in getattr(job.settings, "methods", ()):
@@ -97,15 +97,11 @@ class HfEngine(LoadedModel, Engine):
         return str(getattr(getattr(self.model, "config", None), "_attn_implementation", None) or "")
 
     def calibration(self) -> tuple[str, Timed]:
-        from ctxbench.model.measure import time_forwards
-
         return self.torch_device.type, lambda lengths, steps: time_forwards(self.model, lengths, steps)
 
     @contextlib.contextmanager
     def watch(self, advance: Callable[[float], None]) -> Iterator[bool]:
         """A forward pre-hook on every decoder layer advances by ``batch x tokens / layers`` as each starts."""
-        from ctxbench.model.measure import decoder_layers
-
         layers = decoder_layers(self.model)
 
         def hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -128,39 +124,26 @@ class HfSession:
     lm: HfEngine
 
     def token_nll(self, ids: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-        from ctxbench.model.scoring import token_nll
-
         return token_nll(self.lm.model, ids, chunk=chunk)
 
     def sliding_nll(self, ids: torch.Tensor, window: int, stride: int, chunk: int = 1024) -> torch.Tensor:
-        from ctxbench.model.scoring import sliding_nll
-
         return sliding_nll(self.lm.model, ids, window, stride, chunk)
 
     def answers(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, finished: Finished | None = None, share: bool = True,
                 continuations: Sequence[Sequence[int]] | None = None, think: Thinking | None = None) -> Iterator[Answer]:  # fmt: skip
-        from ctxbench.model.decoding import decode_shared, stop_tokens
 
         return decode_shared(self.lm.model, prompts, max_new_tokens, stop_tokens(self.lm.model, self.lm.tokenizer),
                              finished=finished, share=share, continuations=continuations, think=think)  # fmt: skip
 
     def scores(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], share: bool = True) -> Iterator[Scored]:
-        from ctxbench.model.decoding import score_shared
-
         return score_shared(self.lm.model, prompts, continuations, share=share)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
-        from ctxbench.model.scoring import final_hidden
-
         return final_hidden(self.lm.model, ids)
 
     def nll_from_hidden(self, hidden: torch.Tensor, ids: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-        from ctxbench.model.scoring import nll_from_hidden
-
         return nll_from_hidden(self.lm.model, hidden, ids, chunk=chunk)
 
     def kl_from_hidden(self, reference: torch.Tensor, hidden: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-        from ctxbench.model.scoring import kl_from_hidden
-
         return kl_from_hidden(self.lm.model, reference, hidden, chunk=chunk)
 

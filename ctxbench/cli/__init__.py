@@ -12,6 +12,8 @@ their traceback and exit 1.
 from __future__ import annotations
 
 import importlib
+import shlex
+import signal
 import sys
 from typing import NamedTuple
 
@@ -21,6 +23,7 @@ from ctxbench.cli import tasks
 from ctxbench.cli.console import console, err
 from ctxbench.cli.options import refuse_empty
 from ctxbench.errors import UserError
+from ctxbench.version import __version__
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -55,8 +58,6 @@ COMMANDS: dict[str, Command] = {
 
 def _print_version(value: bool) -> None:
     if value:
-        from ctxbench.version import __version__
-
         sys.stdout.write(f"ctxbench {__version__}\n")
         raise typer.Exit()
 
@@ -79,7 +80,8 @@ def _register() -> None:
         else:
             app.command(name, short_help=command.summary)(target)
     tasks.register(app)
-    for info in [*app.registered_commands, *(c for g in app.registered_groups for c in g.typer_instance.registered_commands)]:
+    groups = [g.typer_instance for g in app.registered_groups if g.typer_instance is not None]  # (add_typer sets each)
+    for info in [*app.registered_commands, *(c for g in groups for c in g.registered_commands)]:
         info.callback = refuse_empty(info.callback)
 
 
@@ -96,8 +98,6 @@ def _on_sigterm(signum, frame) -> None:
 
 def _resume_command() -> str:
     """The command line that was run, as the one that resumes it (without --no-resume)."""
-    import shlex
-
     args = [a for a in sys.argv[1:] if a != "--no-resume"]
     return "ctxbench " + shlex.join(args)
 
@@ -105,9 +105,7 @@ def _resume_command() -> str:
 def main() -> None:
     """Entry point: user errors -> one line and exit 2; SIGINT/SIGTERM -> one line saying what is
     kept and how to resume (exit 130 / 143)."""
-    import signal
-
-    from ctxbench.runner.grid import Interrupted
+    from ctxbench.runner.grid import Interrupted  # start-up: loads filelock
 
     for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show "—" or "θ" must not turn output into a traceback
         if hasattr(stream, "reconfigure"):
@@ -135,7 +133,7 @@ def main() -> None:
         sys.exit(130)
     except Exception as exc:
         # typer's (vendored) click usage errors: unknown option, bad value, missing argument.
-        if type(exc).__name__ == "NoArgsIsHelpError":
+        if type(exc).__name__ == "NoArgsIsHelpError" and hasattr(exc, "format_message"):
             console.print(exc.format_message(), markup=False, highlight=False)
             sys.exit(0)
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.table import Table
 
 from ctxbench.cli.console import console
 from ctxbench.errors import UserError
@@ -23,9 +24,9 @@ def compare(
 ) -> None:
     """Per-cell change between two results files; exit 1 if anything got worse (a rerun on the same
     weights and data: beyond --rtol; otherwise also beyond noise), failed, went NaN or is missing."""
-    from ctxbench.report.compare import RTOL, check_mode, failed, pct, to_markdown
-    from ctxbench.report.compare import compare as run_compare
-    from ctxbench.report.compare import fmt as show
+    from ctxbench.report.compare import RTOL, check_mode, failed, pct, to_markdown  # start-up: loads filelock
+    from ctxbench.report.compare import compare as run_compare  # start-up: loads filelock
+    from ctxbench.report.compare import fmt as show  # start-up: loads filelock
 
     if fmt not in ("table", "markdown"):
         raise UserError(f"unknown --format '{fmt}'", "use table or markdown")
@@ -38,8 +39,6 @@ def compare(
     if fmt == "markdown":
         sys.stdout.write(to_markdown(changes, notes, rtol, strict))
     else:
-        from rich.table import Table
-
         colour = {"worse": "red", "missing": "red", "failed": "red", "better": "green", "new": "cyan", "ok": "",
                   "changed": "red" if strict else "yellow"}  # fmt: skip
         table = Table(title=f"{base} -> {new} (rtol {rtol:g})")
@@ -62,14 +61,12 @@ def compare(
 def _parity(base: str, new: str, fmt: str, rtol: float | None, strict: bool) -> None:
     """``compare --across-backends``: the parity table (ctxbench.report.parity); exit 1 if a cell
     differs or failed, or nothing was paired (saying why)."""
-    from ctxbench.report import parity
+    from ctxbench.report import parity  # start-up: loads filelock
 
     pairs, notes = parity.parity(base, new, rtol=rtol, strict=strict)
     if fmt == "markdown":
         sys.stdout.write(parity.to_markdown(pairs, notes))
     else:
-        from rich.table import Table
-
         table = Table(title=f"{base} -> {new}: parity across backends")
         for col in ("task", "method", "factor", "length", "depth", "metric", "base", "new", "verdict", "detail"):
             table.add_column(col)

@@ -3,26 +3,30 @@ frequencies and scales) and ``ctxbench export`` (a method as a serving engine's 
 
 from __future__ import annotations
 
+import csv
 import sys
 
 import typer
+from rich.table import Table
 
 from ctxbench.cli.console import console, err
 from ctxbench.cli.options import PARAM, TRUST
 from ctxbench.defaults import DEFAULT_FACTOR
 from ctxbench.errors import UserError
+from ctxbench.methods import ALIASES, METHODS
+from ctxbench.methods.export import export as export_text
+from ctxbench.methods.freqplot import COLUMNS, freq_rows, plot_freqs
+from ctxbench.model.files import load_geometry
+from ctxbench.model.geometry import RopeGeometry
+from ctxbench.parsing import check_name_lengths, expand_path, parse_factor, parse_length, parse_params
 
 
 def methods() -> None:
     """Every scaling method: parameters with defaults, type and range, formula and paper."""
-    from rich.table import Table
-
-    from ctxbench.methods import ALIASES, METHODS
-
     table = Table(title="RoPE scaling methods (combine one frequency method with one attention method: ntk+logn)")
     for col in ("method", "kind", "parameters (default: type)", "formula", "source"):
         table.add_column(col, overflow="fold")
-    aliases = {}
+    aliases: dict[str, list[str]] = {}
     for alias, name in ALIASES.items():
         aliases.setdefault(name, []).append(alias)
     for name, m in METHODS.items():
@@ -48,10 +52,6 @@ def freqs(
     trust_remote_code: bool = TRUST,
 ) -> None:
     """Per rotary pair: inverse frequency, wavelength and scale of one or more methods."""
-    from ctxbench.methods.freqplot import COLUMNS, freq_rows
-    from ctxbench.model.geometry import RopeGeometry
-    from ctxbench.parsing import parse_factor, parse_length, parse_params
-
     if fmt not in ("table", "csv"):
         raise UserError(f"unknown --format '{fmt}'", "use table or csv")
     if x_axis not in ("wavelength", "pair"):
@@ -59,14 +59,10 @@ def freqs(
     if plot and not plot.lower().endswith(".png"):
         raise UserError(f"--plot '{plot}' is not a .png file name", "pass e.g. --plot freqs.png")
     if plot:
-        from ctxbench.parsing import check_name_lengths, expand_path
-
         check_name_lengths(plot, "--plot")
         plot = str(expand_path(plot))
     s = parse_factor(factor)
     if model:
-        from ctxbench.model.files import load_geometry
-
         geom = load_geometry(model, trust_remote_code)
     else:
         if head_dim is None or base is None or trained_len is None:
@@ -75,18 +71,13 @@ def freqs(
     seq_len = parse_length(length) if length else int(round(s * geom.trained_len))
     rows = freq_rows(method, geom, s, seq_len, parse_params(param))
     if plot:
-        from ctxbench.methods.freqplot import plot_freqs
-
         written = plot_freqs(rows, geom, s, plot, x=x_axis, title=model)
         err.print(f"plot -> {written}", style="dim")
     if fmt == "csv":
-        import csv
-
         writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()} for row in rows)
         return
-    from rich.table import Table
 
     labels = list(dict.fromkeys(r["method"] for r in rows))
     attention = {r["method"]: r["attention_scale"] for r in rows}
@@ -123,9 +114,6 @@ def export(
     trust_remote_code: bool = TRUST,
 ) -> None:
     """Print a method and factor as the settings of a serving engine (transformers, vLLM, llama.cpp)."""
-    from ctxbench.methods.export import export as export_text
-    from ctxbench.parsing import parse_params
-
     text = export_text(method, factor, to, model=model, head_dim=head_dim, base=base, trained_len=trained_len,
                        params=parse_params(param), trust_remote_code=trust_remote_code)  # fmt: skip
     sys.stdout.write(text + "\n")

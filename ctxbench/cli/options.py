@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import fields
 
 import typer
 
@@ -47,9 +48,7 @@ def model_config(values: Mapping):
     """The runner's :class:`~ctxbench.runner.grid.ModelConfig` from a command's option values: each
     of its fields the command has (``--model``, ``--device``, ... ``--tensor-parallel``); a field the
     command lacks keeps the runner's default."""
-    from dataclasses import fields
-
-    from ctxbench.runner.grid import ModelConfig
+    from ctxbench.runner.grid import ModelConfig  # start-up: loads filelock
 
     return ModelConfig(**{f.name: values[f.name] for f in fields(ModelConfig) if f.name in values})
 
@@ -60,7 +59,7 @@ def run(jobs: list, values: Mapping, out: str | None, before_plan: Callable[[], 
     plan on :data:`~ctxbench.cli.console.console`. A dry run calls ``before_plan`` once the runner's
     checks pass, before it prints the plan. Returns the runner's outcome, for
     :func:`exit_if_failed` once the command has done the rest of its work."""
-    from ctxbench.runner.grid import execute
+    from ctxbench.runner.grid import execute  # start-up: loads filelock
 
     return execute(jobs, model_config(values), out, values["resume"], values["seed"], console=console,
                    dry_run=values["dry_run"], before_plan=before_plan)  # fmt: skip

@@ -4,12 +4,26 @@ trial's exact prompt), and the one reader of the rows ``report`` and ``rank`` sh
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 
 import typer
 
 from ctxbench.cli.console import console, err
-from ctxbench.errors import UserError
+from ctxbench.errors import UserError, unknown
+from ctxbench.parsing import len_label, parse_factors, parse_length, parse_lengths, split_list, split_methods
+from ctxbench.report.display import pivot_table
+from ctxbench.report.effective import check_threshold
+from ctxbench.report.formats import pivots, ruler_tables, to_csv, to_json, to_markdown
+from ctxbench.report.html import check_output, save
+from ctxbench.report.paired import rank as rank_methods
+from ctxbench.report.ranking import ranking_json, ranking_markdown, ranking_table
+from ctxbench.results.rowid import find, row_id
+from ctxbench.runner.showprompt import describe_model, parse_options, prompt_ids, trial_row
+from ctxbench.tasks import registry
+from ctxbench.tasks.base import check_numbers
+from ctxbench.tasks.plots import check_plot_dir, write_plots
 
 
 def report(
@@ -27,34 +41,25 @@ def report(
     """The pivot (method label x length per task and factor) in any format, and PNG plots; with
     RULER task rows, also RULER's suite score (the mean over its tasks per length with its task
     coverage, wAvg inc/dec, and RULER's effective length at the fixed 85.6)."""
-    from ctxbench.parsing import parse_factors, parse_lengths, split_list, split_methods
-    from ctxbench.report.effective import check_threshold
-    from ctxbench.report.formats import pivots, to_csv, to_json, to_markdown
-    from ctxbench.results.store import read_records
+    from ctxbench.results.store import read_records  # start-up: loads filelock
 
     if fmt not in ("table", "markdown", "csv", "json"):
         raise UserError(f"unknown --format '{fmt}'", "use table, markdown, csv or json")
     check_threshold(threshold)
     if plot:
-        from ctxbench.tasks.plots import check_plot_dir
-
         check_plot_dir(plot)
     if html_out:
-        from ctxbench.report.html import check_output
-
         check_output(html_out, files)
-    filters = dict(
+    filters: dict[str, Any] = dict(
         task=split_list(task, "--task") if task else None, method=split_methods(method, "--method") if method else None,
         factor=parse_factors(factor) if factor else None, length=parse_lengths(length) if length else None,
     )
-    from ctxbench.tasks import registry
 
     tasks = registry()
     records, by_file, ids = [], [], {}
     for f in files:
         rows = read_records(f)
         if html_out:  # each row's id (ctxbench.results.rowid), for show-prompt
-            from ctxbench.results.rowid import row_id
 
             if not rows:
                 raise UserError(f"results file '{f}' holds no rows", "give a results CSV that ctxbench wrote rows to")
@@ -65,8 +70,6 @@ def report(
     _check_filters(records, filters)
     ps = pivots(records, tasks, baseline=baseline, threshold=threshold, **filters)
     if html_out:
-        from ctxbench.report.html import save
-
         size = save(html_out, files, by_file, ids, ps, tasks, filters=filters, baseline=baseline, threshold=threshold, notes=[])
         err.print(f"html: {html_out} ({size / 1e3:,.0f} kB)", markup=False, highlight=False)
     if fmt == "markdown":
@@ -76,9 +79,6 @@ def report(
     elif fmt == "json":
         sys.stdout.write(to_json(ps))
     else:
-        from ctxbench.report.display import pivot_table
-        from ctxbench.report.formats import ruler_tables
-
         for p in ps:
             console.print(pivot_table(p))
         for t in ruler_tables(ps):  # RULER's suite score, where RULER task rows are present
@@ -86,8 +86,6 @@ def report(
         if not ps:
             console.print("[yellow]no aggregate rows match[/]")
     if plot:
-        from ctxbench.tasks.plots import write_plots
-
         for path in write_plots(records, plot):
             console.print(f"plot: {path}")
 
@@ -101,10 +99,7 @@ def rank(
 ) -> None:
     """Methods at one length, best first, and which pairs are separated: paired tests on the same
     documents or trials, Holm-adjusted; methods sharing a letter are not separated."""
-    from ctxbench.parsing import parse_length, split_list
-    from ctxbench.results.store import read_records
-    from ctxbench.tasks import registry
-
+    from ctxbench.results.store import read_records  # start-up: loads filelock
     if fmt not in ("table", "markdown", "json"):
         raise UserError(f"unknown --format '{fmt}'", "use table, markdown or json")
     if not 0 < alpha < 1:
@@ -117,13 +112,8 @@ def rank(
     filters = {"task": split_list(task, "--task") if task else None}
     _check_filters(records, filters)
     if n not in {int(float(r["length"])) for r in records}:
-        from ctxbench.parsing import len_label
-
         have = sorted({int(float(r["length"])) for r in records})
         raise UserError(f"no cell at length {n} in these results", f"rank at one of: {', '.join(len_label(x) for x in have)}")
-    from ctxbench.report.paired import rank as rank_methods
-    from ctxbench.report.ranking import ranking_json, ranking_markdown, ranking_table
-
     rankings = rank_methods(records, n, task=filters["task"], tasks=tasks, alpha=alpha)
     if fmt == "json":
         sys.stdout.write(ranking_json(rankings))
@@ -145,12 +135,6 @@ def show_prompt(
     """Print the prompt one trial of a results file was given, rebuilt by its task from the row
     (task, variant, length, depth, seed, trial, options) and checked against it: the model's and
     the data's digests and the token count must be the row's."""
-    import json
-
-    from ctxbench.results.rowid import find
-    from ctxbench.runner.showprompt import describe_model, parse_options, prompt_ids, trial_row
-    from ctxbench.tasks import registry
-
     options = parse_options(option)
     record = find(row)
     trial_row(record, f"row {row}")
@@ -167,9 +151,7 @@ def _shown_rows(path: str, rows: list[dict], tasks: dict) -> list[dict]:
     (``results.store.check_results``: a value outside its domain names its row, exit 2), a value that
     is no number refused too (it would read as a gap in a table that looks whole), partial cells
     left out with a note."""
-    from ctxbench.results.store import check_results
-    from ctxbench.tasks.base import check_numbers
-
+    from ctxbench.results.store import check_results  # start-up: loads filelock
     whole, partial = check_results(path, rows, tasks)
     check_numbers(whole, tasks, where=f"'{path}': ")
     if partial:
@@ -180,8 +162,6 @@ def _shown_rows(path: str, rows: list[dict], tasks: dict) -> list[dict]:
 
 def _check_filters(records: list[dict], filters: dict) -> None:
     """A --task or --method that no row has is a typo until shown otherwise: did-you-mean."""
-    from ctxbench.errors import unknown
-
     present = {
         "task": {r["task"] for r in records},
         "method": {r.get("label") or r["method"] for r in records} | {r["method"] for r in records},

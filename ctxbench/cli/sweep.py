@@ -4,11 +4,15 @@ built-in suites)."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
+from rich.table import Table
 
 from ctxbench.cli.console import console
 from ctxbench.cli.options import RESUME, exit_if_failed, run
+from ctxbench.errors import unknown
+from ctxbench.runner.plan import plan_table
 
 
 def sweep(
@@ -20,12 +24,12 @@ def sweep(
     backend: str | None = typer.Option(None, "--backend", help="override the suite's backend: hf | vllm"),
 ) -> None:
     """Every cell of a suite (a built-in one by name, or a file), model loaded once, resumable."""
-    from ctxbench.runner.suite import default_out, load_suite
+    from ctxbench.runner.suite import default_out, load_suite  # start-up: loads filelock, tomllib
 
     spec = load_suite(suite)
     own, folder_exists = default_out(spec, make=not dry_run) if out is None else (None, True)
     target = out or own or "results.csv"
-    values = dict(model=spec.model, device=device or spec.device, dtype=spec.dtype, attn=spec.attn,
+    values: dict[str, Any] = dict(model=spec.model, device=device or spec.device, dtype=spec.dtype, attn=spec.attn,
                   trust_remote_code=spec.trust_remote_code, backend=backend or spec.backend,
                   tensor_parallel=spec.tensor_parallel, resume=resume, seed=spec.seed, dry_run=dry_run)  # fmt: skip
 
@@ -38,10 +42,6 @@ def sweep(
 
 
 def _plan_table(jobs, model: str, suite: str, target: str, device: str, dtype: str) -> None:
-    from rich.table import Table
-
-    from ctxbench.runner.plan import plan_table
-
     plan = plan_table(jobs, model, device=device, dtype=dtype)
     table = Table(title=f"{suite}: {model} -> {target} (rough cost: {plan.basis})")
     for col in ("task", "method", "cells", "tokens", "~seconds"):
@@ -54,10 +54,7 @@ def _plan_table(jobs, model: str, suite: str, target: str, device: str, dtype: s
 
 def suites(name: str | None = typer.Argument(None, help="a built-in suite to print as TOML (to start a suite file of your own)")) -> None:
     """The built-in suites, shipped with ctxbench: run one with `ctxbench sweep NAME`."""
-    from rich.table import Table
-
-    from ctxbench.errors import unknown
-    from ctxbench.runner.suite import builtin_suites, describe, load_suite
+    from ctxbench.runner.suite import builtin_suites, describe, load_suite  # start-up: loads filelock, tomllib
 
     found = builtin_suites()
     if name is not None:

@@ -29,13 +29,15 @@ from ctxbench.cli.options import (
     run,
 )
 from ctxbench.errors import UserError
+from ctxbench.parsing import parse_params
+from ctxbench.runner.settings import build_settings, resolve_methods
+from ctxbench.tasks import registry
+from ctxbench.tasks.plots import check_plot_dir, write_plots
 
 
 def register(app: typer.Typer) -> None:
     """A command on ``app`` for every registered task; where the registry cannot load, one line
     saying why, and the other commands still work."""
-    from ctxbench.tasks import registry
-
     try:
         tasks = registry()
     except UserError as exc:  # still let `methods`, `report`... work; say why task commands are missing
@@ -101,7 +103,7 @@ def _task_command(app: typer.Typer, task) -> None:
     def command(**values) -> None:
         _run_task_command(task, values)
 
-    command.__signature__ = inspect.Signature(params)
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # typer reads it (functions take any attribute)
     command.__doc__ = task.help
     command.__name__ = task.name
     app.command(name=task.name, help=task.help, short_help=_summary(task.help))(command)
@@ -111,23 +113,16 @@ def _run_task_command(task, values: dict) -> None:
     """The task's settings from its options (:func:`ctxbench.runner.settings.build_settings`), then
     the runner (:func:`ctxbench.cli.options.run`); ``--plot``: this run's plots afterwards, before a
     run with failed cells exits 1."""
-    from ctxbench.parsing import parse_params
-    from ctxbench.runner.grid import Job
-    from ctxbench.runner.settings import build_settings, resolve_methods
-
+    from ctxbench.runner.grid import Job  # start-up: loads filelock
     options = {o.name: _with_aliases(o, values) for o in task.options}
     methods = resolve_methods(values["method"], parse_params(values["param"]))
     settings = build_settings(task, methods, values["factor"], values["length"], options)
     if values["plot"]:
-        from ctxbench.tasks.plots import check_plot_dir
-
         check_plot_dir(values["plot"])
     out = values["out"]
     outcome = run([Job(task, settings)], values, out)
     if values["plot"] and not values["dry_run"]:
-        from ctxbench.results.store import read_records
-        from ctxbench.tasks.plots import write_plots
-
+        from ctxbench.results.store import read_records  # start-up: loads filelock
         for path in write_plots(read_records(out), values["plot"]):
             console.print(f"plot: {path}")
     exit_if_failed(outcome)

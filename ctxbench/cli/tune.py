@@ -7,14 +7,17 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import fields
+from typing import Any
 
 import typer
 
 from ctxbench.cli.console import console
 from ctxbench.cli.options import ATTN, BACKEND, DEVICE, DTYPE, MODEL, RESUME, SEED, TRUST
+from ctxbench.parsing import parse_length, split_list
+from ctxbench.tune.display import show_outcome
 from ctxbench.tune.run import TuneSettings
 
-_DEFAULT = {f.name: f.default for f in fields(TuneSettings)}
+_DEFAULT: dict[str, Any] = {f.name: f.default for f in fields(TuneSettings)}
 
 
 def tune(
@@ -45,9 +48,7 @@ def tune(
 ) -> None:
     """Search a method's parameters for this model at --target, then a paired verdict on held-out
     documents (winner vs defaults vs none, at the target and at L/2)."""
-    from ctxbench.api import tune_method
-    from ctxbench.parsing import parse_length, split_list
-
+    from ctxbench.api import tune_method  # start-up: loads filelock, tomllib
     try:
         outcome = tune_method(method, parse_length(target, "--target"), out, objective=objective, budget=budget, minutes=minutes,
                               guard=guard, docs=docs, dataset=dataset, split=split, text_column=text_column,
@@ -55,14 +56,12 @@ def tune(
                               attn=attn, backend=backend, trust_remote_code=trust_remote_code, dry_run=dry_run,
                               console=console)  # fmt: skip
     except KeyboardInterrupt as exc:  # every finished evaluation is already in DIR/trials.csv (written as each lands)
-        from ctxbench.runner.grid import Interrupted
-        from ctxbench.tune.store import evaluations_in
+        from ctxbench.runner.grid import Interrupted  # start-up: loads filelock
+        from ctxbench.tune.store import evaluations_in  # only on Ctrl-C
 
         trials = os.path.join(out, "trials.csv")
         raise Interrupted(evaluations_in(trials), trials if os.path.exists(trials) else None,
                           getattr(exc, "signal_name", "SIGINT")) from None  # fmt: skip
     if outcome is not None:
-        from ctxbench.tune.display import show_outcome
-
         show_outcome(console, outcome)
 

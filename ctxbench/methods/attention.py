@@ -161,7 +161,7 @@ def _scale_queries(q: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
 
 def _logn_queries(q: torch.Tensor, q_pos: torch.Tensor, trained_len: int) -> torch.Tensor:
     """Query at 1-based position ``m`` times ``log_L(m)`` when ``m > L`` (``max(1, log_L(m))``)."""
-    import array_api_compat.torch as xp
+    import array_api_compat.torch as xp  # optional: array_api_compat only where it is used
 
     return _scale_queries(q, logn_query_scale(q_pos, trained_len, xp=xp))
 

@@ -66,7 +66,7 @@ def _geometry(model: str | None, head_dim: int | None, base: float | None, train
               trust_remote_code: bool) -> RopeGeometry:
 
     if model:
-        from ctxbench.model.files import load_config
+        from ctxbench.model.files import load_config  # looked up when called (tests replace it)
 
         return RopeGeometry.from_config(load_config(model, trust_remote_code))
     if head_dim is None or base is None or trained_len is None:

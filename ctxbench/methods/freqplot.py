@@ -105,11 +105,11 @@ def plot_freqs(
         raise UserError(f"unknown x axis '{x}'", "use x='wavelength' or x='pair'")
     if not rows:
         raise UserError("no frequency rows to plot", "pass at least one method")
-    import matplotlib
+    import matplotlib  # start-up: matplotlib only where it runs
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib import ticker
+    import matplotlib.pyplot as plt  # start-up: matplotlib only where it runs
+    from matplotlib import ticker  # start-up: matplotlib only where it runs
 
     L = geometry.trained_len
     methods = list(dict.fromkeys(r["method"] for r in rows))

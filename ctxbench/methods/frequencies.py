@@ -23,7 +23,7 @@ from ctxbench.model.geometry import RopeGeometry
 def torch_namespace() -> Namespace:
     """The array namespace of torch tensors (array-api-compat), imported on first use: listing
     methods or rejecting a bad name must answer in well under a second, and torch takes ~2-5 s."""
-    import array_api_compat.torch as xp
+    import array_api_compat.torch as xp  # optional: array_api_compat only where it is used
 
     return xp
 
@@ -31,7 +31,7 @@ def torch_namespace() -> Namespace:
 def numpy_namespace() -> Namespace:
     """The array namespace of NumPy arrays: what ``ctxbench freqs`` computes with, so it answers
     without importing torch. The same float32 operations, so the same values to float32 rounding."""
-    import array_api_compat.numpy as xp
+    import array_api_compat.numpy as xp  # optional: array_api_compat only where it is used
 
     return xp
 

@@ -11,12 +11,14 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from ctxbench.defaults import DEFAULT_FACTOR
 from ctxbench.errors import UserError, closest, unknown
 from ctxbench.methods.branches import Branch, far_keys, near_keys, plain_positions
 from ctxbench.methods.frequencies import numpy_namespace, torch_namespace
 from ctxbench.methods.params import Array, Namespace, Param, Params, format_value, show_value
 from ctxbench.methods.registry import ALIASES, BASELINES, METHODS, PLAIN, TWO_BRANCH, Method
 from ctxbench.model.geometry import RopeGeometry
+from ctxbench.parsing import MOST_LENGTH
 
 
 @dataclass(frozen=True)
@@ -428,9 +430,7 @@ def _reads_input(part: Method) -> bool:
 
 def _derived_problem(setting: MethodSetting, geom: RopeGeometry, factor: float, lengths: list[int]) -> str | None:
     """What is wrong with the numbers ``setting`` computes (None: nothing)."""
-    import numpy as np
-
-    from ctxbench.parsing import MOST_LENGTH
+    import numpy as np  # start-up: numpy only where it runs
 
     if setting.uses_factor and factor * geom.trained_len > MOST_LENGTH:
         return (f"stretches the trained length L = {geom.trained_len:,} to s*L = {factor * geom.trained_len:,.0f} tokens, "
@@ -482,8 +482,6 @@ def _blame(setting: MethodSetting, geom: RopeGeometry, factor: float, lengths: l
     method reads it) is tried at its default (its example, for a required one); the first whose
     default clears the problem is blamed, and the edge of what works is found by bisection between
     the two (on a log scale: the ranges span many orders of magnitude)."""
-    from ctxbench.defaults import DEFAULT_FACTOR
-
     model = f"d = {geom.rotary_dim}, b = {geom.base:g}, L = {geom.trained_len:,}"
     declared = setting.declarations()
     candidates: list[tuple[str, float, float, Param | None]] = []

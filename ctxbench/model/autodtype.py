@@ -22,9 +22,11 @@ emulates it and runs slower than float32; one with AMX runs it several times fas
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,10 +154,7 @@ def probe(model, tokens: int = PROBE_TOKENS, rounds: int = PROBE_ROUNDS) -> dict
     bfloat16 copy of it: after a warm-up of each, ``rounds`` rounds that time one of each in turn,
     and the fastest of each. On a machine other work shares, one timing of each moved by 4x between
     calls; taking turns and the minimum compares the two at their least disturbed."""
-    import copy
-    import time
-
-    import torch
+    import torch  # start-up: torch only where it runs
 
     vocab = int(getattr(model.config, "vocab_size", 0) or 2)
     ids = torch.randint(0, min(vocab, 1000), (1, tokens))

@@ -38,6 +38,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ctxbench.errors import UserError
+from ctxbench.parsing import NotAFile, read_bounded
+
 MANIFEST = "ctxbench-cache.json"  # beside the files of a sealed cache directory
 
 
@@ -148,8 +151,6 @@ def _read_json(path: Path, within: Path | None = None) -> Any:
     file of at most :data:`JSON_MOST` bytes whose real place is inside ``within`` (the cache
     folder) is opened, without blocking (a FIFO never hangs a plan) and without reading a byte
     more than the ceiling (a sparse file or ``/dev/zero`` never fills memory)."""
-    from ctxbench.parsing import NotAFile, read_bounded
-
     try:
         raw = read_bounded(path, JSON_MOST, within=within)
     except NotAFile as exc:
@@ -194,8 +195,6 @@ class JsonCache(Generic[T]):
         return value
 
     def _check(self, value: object) -> None:
-        from ctxbench.errors import UserError
-
         try:
             self.check(value)
         except BadEntry:

@@ -34,7 +34,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache as _memo
 
+import numpy as np
 import torch
+import torch.nn.functional as F
+
+from ctxbench.model.describe import stop_ids
+from ctxbench.model.scoring import decoder
 
 # KV-cache budget for a batch of trials (bytes); more trials than fit run in several batches.
 CACHE_BUDGET = 4 * 2**30
@@ -81,8 +86,6 @@ def stop_tokens(model, tokenizer) -> tuple[int, ...]:
     ``<|im_start|>`` as its eos while the model's generation config keeps ``<|im_end|>`` (5.24 reads
     ``<|im_end|>`` for both). Stopping at the tokenizer's alone ran the answer on past the end of
     the assistant's turn, where a needle later in the text could be found and scored."""
-    from ctxbench.model.describe import stop_ids
-
     return stop_ids(getattr(getattr(model, "generation_config", None), "eos_token_id", None), tokenizer)
 
 
@@ -99,7 +102,7 @@ def greedy(model, ids: torch.Tensor | None, max_new_tokens: int, eos: int | Sequ
     where the budget runs out, fed on the same cache: one generation), the row stops once its
     answer budget is spent, and ``finished`` sees the answer's tokens only, never the reasoning.
     ``max_new_tokens`` is then the most steps of all (:meth:`ctxbench.model.thinking.Thinking.steps`)."""
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # start-up: transformers only where it runs
 
     cache = DynamicCache() if cache is None else cache
     if logits is None:
@@ -134,7 +137,7 @@ def greedy(model, ids: torch.Tensor | None, max_new_tokens: int, eos: int | Sequ
 @torch.inference_mode()
 def extend(model, ids: Sequence[int], cache=None):
     """KV cache of ``ids`` (one sequence), continuing ``cache`` in place when given."""
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # start-up: transformers only where it runs
 
     device = next(model.parameters()).device
     cache = DynamicCache() if cache is None else cache
@@ -145,8 +148,6 @@ def extend(model, ids: Sequence[int], cache=None):
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Number of leading tokens ``a`` and ``b`` share (vectorised: prompts have 100k tokens)."""
-    import numpy as np
-
     n = min(len(a), len(b))
     differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
     return int(differ[0]) if differ.size else n
@@ -256,8 +257,6 @@ def _prefill_scored(model, suffixes, continuations, cache) -> tuple[torch.Tensor
     the prompts' cache stays as decoding needs it; the LM head runs only on the k positions that
     predict the continuation. Returns the (batch, vocab) fp32 logits of each prompt's last position
     and each continuation's (k,) NLL on the CPU."""
-    from ctxbench.model.scoring import decoder
-
     device = next(model.parameters()).device
     body = decoder(model)
     ids = torch.tensor([list(s) for s in suffixes], device=device)  # (batch, n - g)
@@ -273,9 +272,7 @@ def _continuation_nll(model, hidden: torch.Tensor, continuations) -> tuple[torch
     """The LM head on ``hidden`` (batch, k, hidden), the states at the k positions that predict each
     continuation (equal k across the batch): their (batch, k, vocab) fp32 logits and the
     continuations' (batch, k) NLL on the CPU."""
-    import torch.nn.functional as F
-
-    from ctxbench.model.scoring import head_logits
+    from ctxbench.model.scoring import head_logits  # looked up when called (tests replace it)
 
     logits = head_logits(model, hidden)  # (batch, k, vocab)
     target = torch.tensor([list(c) for c in continuations], device=hidden.device)  # (batch, k)
@@ -315,8 +312,6 @@ def score_shared(
     ``share=False`` (as :func:`decode_shared`): each prompt is prefilled whole, then its
     continuation but the last token goes through on that cache, as decoding would feed it (one
     forward of both would let the continuation's tokens decide what a non-causal method does)."""
-    from ctxbench.model.scoring import decoder
-
     device = next(model.parameters()).device
     body = decoder(model)
     for g, members, base, shared_seconds in _shared_groups(model, prompts, share):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ctxbench.errors import UserError
+from ctxbench.model.geometry import RopeGeometry
 
 if TYPE_CHECKING:
     from ctxbench.model.geometry import RopeGeometry
@@ -44,12 +45,11 @@ def stop_ids(generation_eos, tokenizer) -> tuple[int, ...]:
 
 def describe(spec: str, trust_remote_code: bool = False) -> ModelDescription:
     """``spec`` (a folder, a GGUF file or alias, a hub id) described from its files."""
-    import torch
-    from transformers import AutoTokenizer, GenerationConfig
+    import torch  # start-up: torch only where it runs
+    from transformers import AutoTokenizer, GenerationConfig  # start-up: transformers only where it runs
 
-    from ctxbench.model.files import check_model, dir_digest, file_digest, load_config
-    from ctxbench.model.geometry import RopeGeometry
-    from ctxbench.model.load import dequantised_path, load, verified_model
+    from ctxbench.model.files import check_model, dir_digest, file_digest, load_config  # load_config looked up when called (tests replace it)
+    from ctxbench.model.load import dequantised_path, load, verified_model  # start-up: loads numpy, torch
 
     kind, path, gguf = check_model(spec)  # damaged files: one clear line
     if gguf:

@@ -12,8 +12,12 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import mmap
 import os
 import re
+import struct
+import zipfile
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -286,8 +290,6 @@ def check_safetensors(file: Path) -> None:
     """A safetensors file is an 8-byte little-endian header length, a JSON header mapping each
     tensor to its ``data_offsets`` in the data that follows. Raise :class:`UserError` unless the
     header parses and the file holds every byte it promises (reads the header only)."""
-    import struct
-
     size = file.stat().st_size
     with file.open("rb") as f:
         head = f.read(8)
@@ -310,8 +312,6 @@ def check_safetensors(file: Path) -> None:
 def _check_torch_file(file: Path) -> None:
     """A ``torch.save`` file is a zip archive (a cut-short one has no central directory) or, from
     before torch 1.6, a pickle (protocol 2+ starts with byte 0x80)."""
-    import zipfile
-
     with file.open("rb") as f:
         magic = f.read(2)
     if magic == b"PK":
@@ -325,7 +325,7 @@ def _check_torch_file(file: Path) -> None:
 
 def load_config(spec: str, trust_remote_code: bool = False):
     """The HF config only (no weights): enough for geometry and ``ctxbench freqs``."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # start-up: transformers only where it runs
 
     kind, path, gguf = locate(spec)
     if kind == "gguf":
@@ -356,7 +356,7 @@ def load_config(spec: str, trust_remote_code: bool = False):
 
 
 def _config_error(spec: str, exc: Exception) -> UserError:
-    import transformers
+    import transformers  # start-up: transformers only where it runs
 
     first = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
     return UserError(
@@ -388,11 +388,7 @@ _GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12
 def check_gguf(file: Path) -> None:
     """Raise :class:`UserError` if ``file`` is not a GGUF file or is shorter than its tensor table
     says (an interrupted download or copy). Reads the header only: milliseconds."""
-    import mmap
-    import struct
-    from math import prod
-
-    from gguf import GGML_QUANT_SIZES
+    from gguf import GGML_QUANT_SIZES  # optional: gguf only where it is used
 
     def bad(why: str) -> UserError:
         return UserError(f"model file '{file}' {why}", "download or copy the .gguf file again (compare its size with the source)")
@@ -465,7 +461,7 @@ def config_source(model: str) -> str | None:
     if kind != "hub":
         return model
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # optional: huggingface_hub only where it is used
 
         cached = try_to_load_from_cache(model, "config.json")
     except Exception:  # noqa: BLE001  a hub id the cache cannot even name: the load will say what is wrong

@@ -8,6 +8,7 @@ package. Nothing is downloaded unless the user names a hub id.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -15,11 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
 from ctxbench.defaults import DEFAULT_ATTN, DEFAULT_DEVICE, DEFAULT_DTYPE, DEFAULT_MODEL
 from ctxbench.errors import UserError
+from ctxbench.model import autodtype
 from ctxbench.model.cache import BadEntry, Schema, cache_root, discard, ignored, seal_dir, verify_dir
 from ctxbench.model.files import (
     check_model,
@@ -93,14 +96,13 @@ def load(
 def _load(spec: str, kind: str, path: Path | None, gguf: str | None, device: str, dtype: str, trust_remote_code: bool,
           attn: str | None, device_map: str | None, quantization: str | None) -> LoadedModel:  # fmt: skip
     """:func:`load` once the model's files are found and checked."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # start-up: transformers only where it runs
 
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     auto_cpu = dtype == "auto" and dev == "cpu" and not device_map and not quantization
     dtype_note, probe = "", False
     if auto_cpu:  # decided before loading unless only a probe of this machine can decide
-        from ctxbench.model import autodtype
 
         pick, dtype_note = autodtype.choose(autodtype.parity_for(spec), autodtype.cached_probe(spec))
         torch_dtype, probe = (DTYPES[pick], False) if pick else (torch.float32, True)
@@ -124,7 +126,7 @@ def _load(spec: str, kind: str, path: Path | None, gguf: str | None, device: str
         kwargs["device_map"] = device_map
     if quantization:
         kwargs["quantization_config"] = _quantization(quantization)
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # start-up: transformers only where it runs
 
     hf_logging.disable_progress_bar()  # ctxbench shows its own progress; GGUF dequantisation bars are noise
     try:
@@ -186,7 +188,7 @@ def _check_loading_info(spec: str, info: dict) -> None:
 
 @contextlib.contextmanager
 def _quiet_load_report():
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # start-up: transformers only where it runs
 
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
@@ -288,7 +290,7 @@ def _save_dequantised(model, tokenizer, target: Path) -> None:
     """Save a checkpoint any loader reads (the tied embedding, ``architectures`` named), seal it
     with a manifest of digests, and rename it into place atomically; a failure only costs the next
     load its speed."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # optional: safetensors only where it is used
 
     tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
     try:
@@ -305,7 +307,7 @@ def _save_dequantised(model, tokenizer, target: Path) -> None:
         pass
     finally:
         if tmp.exists():
-            import shutil
+            import shutil  # only on the failure path, in a finally block
 
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -326,11 +328,8 @@ def _gguf_loading() -> Iterator[None]:
     own to the bit (tests/model/test_real_model.py); the shared reader reads what a reader of its own
     reads (tests/model/test_gguf_loading.py).
     """
-    import functools
-    from unittest import mock
-
-    import gguf
-    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    import gguf  # optional: gguf only where it is used
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils  # start-up: transformers only where it runs
 
     readers: dict[tuple[str, tuple[Any, ...], tuple[tuple[str, Any], ...]], gguf.GGUFReader] = {}
     plain_reader = gguf.GGUFReader
@@ -352,7 +351,7 @@ def _quantization(kind: str):
         raise UserError(f"unknown quantization '{kind}'", "use 8bit or 4bit (needs bitsandbytes and a GPU)")
     if importlib.util.find_spec("bitsandbytes") is None:
         raise UserError(f"{kind} loading needs bitsandbytes", "pip install bitsandbytes (CUDA only)")
-    from transformers import BitsAndBytesConfig
+    from transformers import BitsAndBytesConfig  # start-up: transformers only where it runs
 
     return BitsAndBytesConfig(load_in_8bit=kind == "8bit", load_in_4bit=kind == "4bit")
 

@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn as nn
+
+from ctxbench.model.decoding import cache_of, with_cache
 
 STATUS, CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
 
@@ -60,7 +63,7 @@ class Measured:
             self.kernel = True
             self._base = _status_kib("VmRSS") * 1024
         else:
-            import psutil
+            import psutil  # optional: psutil only where it is used
 
             self._proc = psutil.Process()
             self._base = self._proc.memory_info().rss
@@ -93,8 +96,6 @@ class Measured:
 
 def decoder_layers(model) -> list:
     """The model's stack of decoder layers (the ModuleList as long as ``num_hidden_layers``)."""
-    import torch.nn as nn
-
     n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
     for module in model.modules():
         if isinstance(module, nn.ModuleList) and len(module) == n:
@@ -107,8 +108,6 @@ def time_forwards(model: torch.nn.Module, lengths: tuple[int, ...], steps: int) 
     cache)``. An untimed forward of the longest shape goes first (the first call pays for page faults
     and kernel selection, and a smaller shape then reuses its memory), and one untimed step before
     each timed series. The calibration of the plan's rates (``runner.costmodel.measured_rate``)."""
-    from ctxbench.model.decoding import cache_of, with_cache
-
     device = next(model.parameters()).device
 
     def timed(call) -> tuple[float, object]:

@@ -276,7 +276,7 @@ def _number(record: dict | None) -> tuple[float | None, str]:
 
 
 def _verdict(head, base, new, rtol, bci, nci, rerun, base_trials, new_trials) -> tuple[str, str]:
-    from ctxbench.stats import changed_beyond_noise
+    from ctxbench.stats import changed_beyond_noise  # start-up: loads numpy
 
     if base is None or new is None:
         return "ok", ""
@@ -339,7 +339,7 @@ def _paired_p(base_trials: list[dict], new_trials: list[dict]) -> float | None:
     both = [(b, n) for b, n in pairs if b is not None and n is not None]
     if len(both) != len(pairs) or any(b not in (0, 1) or n not in (0, 1) for b, n in both):
         return None
-    from ctxbench.stats import mcnemar_exact
+    from ctxbench.stats import mcnemar_exact  # start-up: loads numpy
 
     return mcnemar_exact(sum(1 for b, n in both if b > n), sum(1 for b, n in both if n > b))
 

@@ -13,7 +13,7 @@ from ctxbench.tasks import registry
 
 
 def pivot_table(p: Pivot):
-    from rich.table import Table
+    from rich.table import Table  # start-up: rich only where it runs
 
     title = p.title + (f", trained at {len_label(p.trained_len)}" if p.trained_len else "")
     beyond = p.trained_len and any(n > p.trained_len for n in p.lengths)

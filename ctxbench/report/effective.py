@@ -106,7 +106,7 @@ def effective_interval(cells: dict, higher_is_better: bool, threshold: float | N
     the summed NLL over the summed tokens) and the effective length taken again by the same rule,
     each cell keeping its measured 95% interval for the perplexity rule. ``None`` for a length
     counts as shorter than any. ``None`` when a cell holds no units (summary rows only)."""
-    import numpy as np
+    import numpy as np  # start-up: numpy only where it runs
 
 
     units = {n: units_of(c.source) for n, c in cells.items()}

@@ -30,6 +30,7 @@ from ctxbench.report.pivot import (
     ran_out_note,
 )
 from ctxbench.report.rulerscore import CSV_FIELDS, FAMILIES, csv_fields, rich_table, suites, to_dict
+from ctxbench.report.rulerscore import to_markdown as suite_markdown
 from ctxbench.textsafe import csv_escape, md_cell, md_line
 
 
@@ -74,8 +75,6 @@ def to_markdown(ps: list[Pivot]) -> str:
         parts.append("\n".join(lines))
     suites = ruler_suites(ps)
     if suites:
-        from ctxbench.report.rulerscore import to_markdown as suite_markdown
-
         parts.append(suite_markdown(suites).rstrip("\n"))
     return "\n\n".join(parts) + "\n"
 

@@ -21,14 +21,22 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
+import stat
 from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.errors import UserError
+from ctxbench.methods import resolve
 from ctxbench.outfiles import replace_atomically
+from ctxbench.parsing import expand_path, len_label
+from ctxbench.report.formats import pivots, to_json
+from ctxbench.synthetic.metrics import METRICS, score
 from ctxbench.textsafe import html_text
+from ctxbench.version import __version__
 
 SCHEMA = 1
 # The data block is JSON inside <script>: these characters, escaped as JSON allows, can neither end
@@ -66,11 +74,6 @@ def check_output(path: str, inputs: Sequence[str] = ()) -> None:
     """Refuse an ``--html`` path that cannot be written, before anything is computed: a folder, a
     missing or read-only folder, something that is not a regular file, one of the results files
     being read (the page would replace it)."""
-    import stat
-    from pathlib import Path
-
-    from ctxbench.parsing import expand_path
-
     target = expand_path(path)
     if target.is_dir():
         raise UserError(f"--html '{path}' is a folder", "give a file path such as report.html")
@@ -93,8 +96,6 @@ def check_output(path: str, inputs: Sequence[str] = ()) -> None:
 def write(path: str, page: str) -> None:
     """``page`` to ``path`` whole or not at all (:func:`ctxbench.outfiles.replace_atomically`): a
     failed write leaves no half-written page and the old file, if any, untouched."""
-    from ctxbench.parsing import expand_path
-
     replace_atomically(expand_path(path), page.encode("utf-8"))
 
 
@@ -122,8 +123,6 @@ def embedded(page: str) -> dict:
 def _found(r: dict, extra: dict, expected: list[str]) -> list[bool] | None:
     """Which expected strings the task's scorer finds in the answer, each alone: RULER's metrics
     (``extra.metric``) by name; otherwise only a single expected value, read off the row's score."""
-    from ctxbench.synthetic.metrics import METRICS, score
-
     metric = extra.get("metric")
     answer = r.get("answer", "")
     if metric in METRICS:
@@ -170,10 +169,6 @@ def _samples(rows, ids: dict, rebuildable: set) -> dict:
 
 def _command(task, rows: list[dict], path: str) -> str | None:
     """The command that reruns one run's cells of one task and method label (as far as rows say)."""
-    import shlex
-
-    from ctxbench.parsing import len_label
-
     if task is None:
         return None
     r = rows[0]
@@ -242,8 +237,6 @@ def provenance(records_by_file: list[tuple[str, list[dict]]], tasks: dict) -> li
 
 def _pick_baseline(records: list[dict], ps) -> tuple[str | None, str]:
     """``none`` where the rows hold it, else the method best at the first table's longest length."""
-    from ctxbench.methods import resolve
-
     labels = {r.get("label") or r["method"] for r in records}
     plain = resolve("none").label  # unscaled RoPE, as its rows are labelled
     if plain in labels:
@@ -266,9 +259,6 @@ def build(files: list[str], records_by_file: list[tuple[str, list[dict]]], ids: 
           filters: dict, baseline: str | None, threshold: float | None, notes: list[str]) -> dict:  # fmt: skip
     """The page's data: the JSON report of ``ps`` verbatim, and beside it each cell's verdict and
     samples, the provenance, and with two files the comparison."""
-    from ctxbench.report.formats import pivots, to_json
-    from ctxbench.version import __version__
-
     records = [r for _, rs in records_by_file for r in rs]
     report = json.loads(to_json(ps))
     verdicts: dict[str, dict] = {}
@@ -305,8 +295,8 @@ def build(files: list[str], records_by_file: list[tuple[str, list[dict]]], ids: 
 def comparison(base: str, new: str, base_records: list[dict], new_records: list[dict], ids: dict) -> dict:
     """``compare BASE NEW`` cell by cell (the cells that changed first), ``compare --across-backends``
     as well where the files ran on different backends, and the trials side by side."""
-    from ctxbench.report.compare import compare, pct
-    from ctxbench.report.compare import fmt as show
+    from ctxbench.report.compare import compare, pct  # start-up: loads filelock
+    from ctxbench.report.compare import fmt as show  # start-up: loads filelock
 
     changes, notes = compare(base, new)
     rows: list[dict[str, Any]] = [dict(key=c.key, base=c.base, new=c.new, status=c.status, reason=c.reason, change=pct(c),
@@ -316,7 +306,7 @@ def comparison(base: str, new: str, base_records: list[dict], new_records: list[
     out: dict[str, Any] = dict(base=base, new=new, mode="compare", changes=rows, notes=notes, parity=None)
     backends = ({r.get("backend") or DEFAULT_BACKEND for r in base_records}, {r.get("backend") or DEFAULT_BACKEND for r in new_records})
     if backends[0].isdisjoint(backends[1]):
-        from ctxbench.report import parity
+        from ctxbench.report import parity  # start-up: loads filelock
 
         pairs, pnotes = parity.parity(base, new)
         prow: list[dict[str, Any]] = [dict(task=p.task, label=p.label, factor=p.factor, length=p.length, depth=p.depth, metric=p.metric, base=p.a, new=p.b,
@@ -333,7 +323,7 @@ _TRIAL_JOIN = ("model", "task", "variant", "label", "factor", "length", "depth",
 def _side_by_side(base_records: list[dict], new_records: list[dict], ids: dict) -> list[dict]:
     """Trials of the same cell and number in both files (backend and dtype aside), answers differing first
     (:func:`ctxbench.report.parity.same_answer`: the same as far as both decoded, as the parity counts them)."""
-    from ctxbench.report.parity import same_answer
+    from ctxbench.report.parity import same_answer  # start-up: loads filelock
 
     def key(r):
         return tuple(r.get(c, "") if c != "factor" else f"{_float(r.get('factor')) or 0:g}" for c in _TRIAL_JOIN)

@@ -114,7 +114,7 @@ class Paired:
 
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm-Bonferroni step-down adjusted p-values (:func:`ctxbench.stats.holm`; Holm 1979)."""
-    from ctxbench.stats import holm as _holm
+    from ctxbench.stats import holm as _holm  # start-up: loads numpy
 
     return _holm(p_values)
 
@@ -257,7 +257,7 @@ def _check_provenance(base_rows: list[dict], new_rows: list[dict]) -> None:
 
 def _test(diffs, seed: int) -> tuple[float, str, float]:
     """(p, test name, smallest attainable p) of the sign-flip test over these unit differences."""
-    from ctxbench.stats import sign_flip_test
+    from ctxbench.stats import sign_flip_test  # start-up: loads numpy
 
     p, exact = sign_flip_test(diffs, n_perm=PERMUTATIONS, seed=seed)
     m = sum(1 for d in diffs if d != 0)
@@ -277,9 +277,9 @@ def paired_ppl(base_rows: Sequence[dict], new_rows: Sequence[dict], *, reps: int
     permutation p-value. Raises :class:`UserError` when the two methods did not score the same
     documents, token counts or buckets.
     """
-    import numpy as np
+    import numpy as np  # start-up: numpy only where it runs
 
-    from ctxbench.stats import paired_bootstrap
+    from ctxbench.stats import paired_bootstrap  # start-up: loads numpy
 
     base_rows, new_rows = _ok(base_rows), _ok(new_rows)
     _check_provenance(base_rows, new_rows)
@@ -335,9 +335,9 @@ def paired_retrieval(base_rows: Sequence[dict], new_rows: Sequence[dict], *, rep
     ``wrong_to_right`` name the discordant trials. Raises :class:`UserError` when the two
     methods' trials differ.
     """
-    import numpy as np
+    import numpy as np  # start-up: numpy only where it runs
 
-    from ctxbench.stats import mcnemar_exact, paired_bootstrap
+    from ctxbench.stats import mcnemar_exact, paired_bootstrap  # start-up: loads numpy
 
     base_rows, new_rows = _ok(base_rows), _ok(new_rows)
     _check_provenance(base_rows, new_rows)
@@ -634,7 +634,7 @@ def rank(
     p-values of one table Holm-adjusted together, and a pair is *separated* when its adjusted p
     is below ``alpha``; the letters are Piepho's compact letter display of that matrix.
     """
-    from ctxbench.stats import compact_letters
+    from ctxbench.stats import compact_letters  # start-up: loads numpy
 
     length = int(length)
     groups = {k: v for k, v in _cells(records, task, tasks).items() if k[4] == length}

@@ -36,6 +36,8 @@ from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.errors import UserError
 from ctxbench.results.identity import VIEW, table_view_key
 from ctxbench.results.store import load_results
+from ctxbench.tasks import registry
+from ctxbench.tasks.base import extra_of
 
 # Relative tolerance of a loss aggregate between a bf16 engine and the float32 reference: bf16 keeps
 # 8 significant bits (2^-8 = 0.4% per value); over thousands of tokens the errors average out, and
@@ -85,8 +87,6 @@ def _cells(records: list[dict], tasks) -> dict:
     """Per paired key, per dtype: {"backend", "dtype", "agg": {metric: value}, "trials": {(depth,
     trial): (score, answer)}, "bad": [what is not a number]}. The reader refused every value
     outside its domain and every conflict; what is left to say here is NaN or blank."""
-    from ctxbench.tasks.base import extra_of
-
     out: dict = {}
     for r in records:
         if r.get("status", "ok") != "ok":
@@ -128,9 +128,7 @@ def parity(a_path: str, b_path: str, rtol: float | None = None, strict: bool = F
     """The pairs of cells of two results files, each with its verdict, and notes for people.
     ``rtol``: one relative tolerance for ppl and answer NLL instead of :data:`RTOL`; ``strict``:
     a retrieval cell with any discordant trial differs."""
-    from ctxbench.stats import mcnemar_exact
-    from ctxbench.tasks import registry
-
+    from ctxbench.stats import mcnemar_exact  # start-up: loads numpy
     tasks = registry()
     loaded = [load_results(path, tasks) for path in (a_path, b_path)]
     notes = [f"{path}: {len(bad)} partial cell(s) not paired ({'; '.join(bad[:3])})" for path, (_, bad) in zip((a_path, b_path), loaded, strict=True) if bad]
@@ -231,8 +229,6 @@ def judged(pairs: list[Pair]) -> list[Pair]:
 def nothing_paired(a_path: str, b_path: str) -> str:
     """Why no cell of A met one of B, for the failure line: two models, two tasks, two datasets, or
     the same of each on another grid."""
-    from ctxbench.tasks import registry
-
     tasks = registry()
     records = [load_results(path, tasks)[0] for path in (a_path, b_path)]
     for column, what in (("model", "model"), ("task", "task"), ("dataset", "dataset")):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from ctxbench.errors import UserError, closest
 from ctxbench.parsing import len_label
-from ctxbench.results.identity import SETTING, WITHIN, setting_of, unit_key
+from ctxbench.results.identity import SETTING, WITHIN, paired_setting, setting_of, unit_key
 from ctxbench.tasks.base import Headline, check_records, extra_of, headline_of
 from ctxbench.tasks.proxy import HIGHER_IS_BETTER as PROXY_HIGHER_IS_BETTER  # light: no torch
 
@@ -199,7 +199,7 @@ def _pooled_proxy(metric: str, sources: list[dict]) -> PivotCell:
     """A per-trial proxy (``answer_nll``) over the depth cells of a length: the mean of every
     trial's value (its row's ``extra``; a trial run twice counts once, its last run) and the 95%
     bootstrap interval of that mean over the trials."""
-    from ctxbench.stats import bootstrap_mean
+    from ctxbench.stats import bootstrap_mean  # start-up: loads numpy
 
     by_trial = {}
     for r in sources:
@@ -278,7 +278,7 @@ def _pooled(rows: list[dict], counted: dict) -> tuple[PivotCell, dict]:
     """One accuracy over the depth cells of a length: every trial of every depth counts once
     (RULER's score of a length is the mean over its samples at all depths), with the Wilson
     interval of the pooled count (fractional scores counted as :func:`accuracy_rows` does)."""
-    from ctxbench.stats import wilson
+    from ctxbench.stats import wilson  # start-up: loads numpy
 
     extras = [_extra(r) for r in rows]
     sizes = [int(e.get("trials") or counted.get(r.get("depth", ""), 0)) for r, e in zip(rows, extras, strict=True)]
@@ -365,8 +365,6 @@ def add_paired(ps: list[Pivot], comparisons, tasks: dict | None = None) -> None:
     """Put each paired comparison (:func:`ctxbench.report.paired.compare_labels`) on its pivot cell
     (matched by the paired comparisons' own setting of the cell's rows,
     :func:`ctxbench.results.identity.paired_setting`)."""
-    from ctxbench.results.identity import paired_setting
-
     for c in comparisons:
         for p in ps:
             if not p.headline or (p.model, p.task, p.variant) != (c.model, c.task, c.variant) or c.factor not in ("", p.factor):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from ctxbench.parsing import len_label
+from ctxbench.report.formats import strict_json
 from ctxbench.textsafe import md_cell, md_line
 
 
@@ -45,7 +46,7 @@ def _rows(r) -> list[list[str]]:
 
 
 def ranking_table(r):
-    from rich.table import Table
+    from rich.table import Table  # start-up: rich only where it runs
 
     table = Table(title=_title(r), caption="group: methods sharing a letter are not separated; ≠ separated, = not: Holm-adjusted p (raw p)")
     for col in _columns(r):
@@ -68,8 +69,6 @@ def ranking_markdown(rankings) -> str:
 def ranking_json(rankings) -> str:
     """The rankings as strict JSON: a NaN (the p-value of a method against itself, a value with no
     units) is ``null`` with a ``null_reasons`` entry, never the bare ``NaN`` other parsers refuse."""
-    from ctxbench.report.formats import strict_json
-
     out = [dict(title=_title(r), model=r.model, task=r.task, variant=r.variant, factor=r.factor, length=r.length,
                 metric=r.metric, alpha=r.alpha, n=r.n, unit=r.unit, labels=list(r.labels), values=list(r.values),
                 letters=list(r.letters), separated=[list(x) for x in r.separated],

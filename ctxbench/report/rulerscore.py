@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from ctxbench.parsing import len_label
 from ctxbench.report.paired import TRIAL_METRICS
 from ctxbench.results.identity import SETTING
+from ctxbench.results.identity import field as ident
 from ctxbench.textsafe import md_cell, md_line
 
 if TYPE_CHECKING:
@@ -214,8 +215,6 @@ def _group(p) -> tuple[tuple, tuple, dict]:
 
 def _cell_factor(cell, table_factor: str) -> str:
     """The factor a cell was measured at: "" for a method that ignores it (shown in every factor's table)."""
-    from ctxbench.results.identity import field as ident
-
     if cell.source:
         return table_factor if ident(cell.source[0], "factor") != "" else ""
     return table_factor
@@ -242,7 +241,7 @@ def _units(cell) -> list[float]:
 def _draws(units: list[float], task: tuple[str, str], length: int, reps: int, seed: int):
     """``reps`` bootstrap means of one task's trials at one length; the indices depend only on
     (task, length, trial count, seed), so every method is resampled alike."""
-    import numpy as np
+    import numpy as np  # start-up: numpy only where it runs
 
     values = np.asarray(units, dtype=np.float64)
     tag = zlib.crc32(f"{task[0]}/{task[1]}/{length}/{len(units)}".encode())
@@ -252,7 +251,7 @@ def _draws(units: list[float], task: tuple[str, str], length: int, reps: int, se
 
 
 def _interval(draws, level: float) -> tuple[float, float]:
-    import numpy as np
+    import numpy as np  # start-up: numpy only where it runs
 
     tail = (1 - level) / 2
     lo, hi = np.quantile(draws, [tail, 1 - tail])
@@ -318,7 +317,7 @@ def suites(ps, reps: int = REPS, seed: int = 0, level: float = LEVEL) -> list[Su
 
 def _row(label: str, cells: dict[int, dict[tuple, PivotCell]], grid: list[int], reps: int, seed: int, level: float,
          said: dict[str, list[str]]) -> SuiteRow:  # fmt: skip
-    import numpy as np
+    import numpy as np  # start-up: numpy only where it runs
 
 
     order = list(TASKS)
@@ -445,8 +444,8 @@ EXPLAIN = (f"ruler_avg: mean accuracy (%) of the RULER tasks measured at that le
 
 
 def rich_table(s: Suite):
-    from rich.markup import escape
-    from rich.table import Table
+    from rich.markup import escape  # start-up: rich only where it runs
+    from rich.table import Table  # start-up: rich only where it runs
 
 
     table = Table(title=escape(s.title), caption=escape("\n".join([EXPLAIN, *s.notes])), caption_justify="left")

@@ -357,8 +357,6 @@ def derived_label(method: str, params_json: str) -> str:
     """The label of a row written before labels existed: the method name plus every parameter
     that differs from a fixed registry default (values the method derives itself — ``auto`` —
     cannot be told from user-set ones, so they are left out)."""
-    import json
-
 
     try:
         params = json.loads(params_json) if params_json else {}

@@ -17,14 +17,13 @@ import hashlib
 from typing import Any
 
 from ctxbench.errors import UserError
+from ctxbench.results.identity import IDENTITY, WITHIN
 
 KEY_DIGITS = 12
 
 
 def key_of(record: dict[str, Any]) -> str:
     """The ``KEY`` of ``FILE@KEY``: a digest of the row's identity and place within its cell."""
-    from ctxbench.results.identity import IDENTITY, WITHIN
-
     text = "\x1f".join(f"{c}={record.get(c, '')}" for c in [*IDENTITY, *WITHIN])
     return hashlib.sha256(text.encode()).hexdigest()[:KEY_DIGITS]
 
@@ -36,7 +35,7 @@ def row_id(path: str, record: dict[str, Any]) -> str:
 
 def numbered(path: str) -> list[tuple[str, dict[str, str]]]:
     """Every row of ``path`` with its ``FILE@KEY`` id, in file order."""
-    from ctxbench.results.store import read_records
+    from ctxbench.results.store import read_records  # start-up: loads filelock
 
     return [(row_id(path, r), r) for r in read_records(path)]
 
@@ -54,7 +53,7 @@ def split(text: str) -> tuple[str, str, str]:
 
 def find(text: str) -> dict[str, str]:
     """The row an id names."""
-    from ctxbench.results.store import read_records
+    from ctxbench.results.store import read_records  # start-up: loads filelock
 
     path, kind, value = split(text)
     rows = read_records(path)

@@ -38,19 +38,29 @@ from filelock import FileLock, Timeout
 from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.errors import UserError
 from ctxbench.outfiles import temp_beside, write_error
-from ctxbench.parsing import check_name_lengths, expand_path, refuse_wide
+from ctxbench.parsing import (
+    NotAFile,
+    check_name_lengths,
+    expand_path,
+    kind_of,
+    read_bounded,
+    refuse_wide,
+    short,
+)
 from ctxbench.results.identity import (
     IDENTITY,
     WITHIN,
     Record,
     cell_key,
     complete_options,
+    drop_partial,
     finished,
     legacy_options,
     normalise,
     row_key,
 )
 from ctxbench.tasks import registry
+from ctxbench.tasks.base import cell_text, check_records
 from ctxbench.textsafe import csv_escape, csv_unescape
 
 if TYPE_CHECKING:
@@ -144,8 +154,6 @@ def read_records(path: str | os.PathLike[str], must_exist: bool = True) -> list[
     Raises :class:`UserError` for a missing file, a CSV from another tool, or a truncated or
     damaged one (naming the line).
     """
-    from ctxbench.parsing import NotAFile, read_bounded, short
-
     check_name_lengths(path, "results file")
     path = expand_path(path)
     try:  # only a regular file under the ceiling, opened without blocking: never a FIFO's hang or /dev/zero's MemoryError
@@ -175,9 +183,6 @@ def one_row_each(path: str | os.PathLike[str], records: list[dict[str, str]]) ->
     to itself, a rerun that measured the same) is kept once; given twice with another value or
     status, it is a conflict no reader may settle by picking one (:class:`UserError` naming the
     cell, both values and the fix). A timing metric's later row stands (:data:`VOLATILE_METRICS`)."""
-    from ctxbench.parsing import short
-    from ctxbench.tasks.base import cell_text
-
     at: dict[tuple[str, ...], int] = {}
     drop: set[int] = set()
     for i, r in enumerate(records):
@@ -212,9 +217,6 @@ def check_results(path: str | os.PathLike[str], records: list[dict[str, str]], t
     (:func:`ctxbench.results.identity.drop_partial`; their descriptions returned), and every value
     in its metric's domain (:func:`ctxbench.tasks.base.check_records`: a text, empty or ``0,5`` value
     names the file and the cell, exit 2). The rows returned are the objects given."""
-    from ctxbench.results.identity import drop_partial
-    from ctxbench.tasks.base import check_records
-
     tasks = registry() if tasks is None else tasks
     records, partial = drop_partial(records, tasks)
     check_records(records, tasks, where=f"'{path}': ")  # a value no run can produce: named, exit 2
@@ -439,7 +441,6 @@ def check_writable(path: str | os.PathLike[str]) -> None:
     except OSError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):  # a FIFO would hang the resume's read, /dev/zero fill memory
-        from ctxbench.parsing import kind_of
 
         raise UserError(f"--out '{path}' is {kind_of(mode)}, not a results file", "give a file path such as results.csv")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):

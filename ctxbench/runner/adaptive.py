@@ -121,7 +121,7 @@ def run_adaptive(run: Callable[..., Any], lm: Engine, job: Any, results: Any, **
     cell first, then only the cells of open pairs, each batch TRIAL_BATCH trials more, until none
     is open, ``max_trials`` is reached or the budget is spent. Returns the last batch's Outcome
     with the counts of all of them, and notes saying how it stopped."""
-    from ctxbench.tasks.common import TRIAL_BATCH
+    from ctxbench.tasks.common import TRIAL_BATCH  # start-up: loads numpy
 
     settings = job.settings
     deadline = None if settings.budget is None else time.monotonic() + 60 * settings.budget

@@ -36,10 +36,12 @@ anything else gets tokens and FLOPs but no time. Loading the model and tokenisin
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxbench.methods.setting import resolve
 from ctxbench.model.autodtype import device_key, planned
 from ctxbench.model.cache import BadEntry, JsonCache, Schema, positive_number
 from ctxbench.model.files import ALIASES
@@ -295,11 +297,7 @@ def measured_factor(lm: Engine, setting: MethodSetting, factor: float, rate: Thr
     dtype, model and path): a plain forward and one of ``setting`` at ``factor``, each of ``length``
     tokens of per-token NLL (what ppl runs; the head in chunks), each after an untimed one of a
     quarter of the length (the first call of a path pays for its set-up)."""
-    import time
-
     import torch  # only here: a plan made from the cache imports no torch
-
-    from ctxbench.methods.setting import resolve
 
     calibration = lm.calibration()
     if calibration is None:

@@ -36,8 +36,8 @@ def init(w: World) -> None:
     """Join the process group (gloo on CPU, nccl on GPUs) for the run id and the final barrier."""
     if not w.active:
         return
-    import torch
-    import torch.distributed as dist
+    import torch  # start-up: torch only where it runs
+    import torch.distributed as dist  # start-up: torch only where it runs
 
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
@@ -47,7 +47,7 @@ def shared(w: World, value: T) -> T:
     """Rank 0's ``value`` on every rank (e.g. the run id)."""
     if not w.active:
         return value
-    import torch.distributed as dist
+    import torch.distributed as dist  # start-up: torch only where it runs
 
     box = [value]
     dist.broadcast_object_list(box, src=0)
@@ -56,7 +56,7 @@ def shared(w: World, value: T) -> T:
 
 def barrier(w: World) -> None:
     if w.active:
-        import torch.distributed as dist
+        import torch.distributed as dist  # start-up: torch only where it runs
 
         if dist.is_initialized():
             dist.barrier()
@@ -64,7 +64,7 @@ def barrier(w: World) -> None:
 
 def finish(w: World) -> None:
     if w.active:
-        import torch.distributed as dist
+        import torch.distributed as dist  # start-up: torch only where it runs
 
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -73,7 +73,7 @@ def finish(w: World) -> None:
 def rank_device(device: str, w: World) -> str:
     """``auto`` on a multi-GPU node: one GPU per local rank."""
     if w.active and device == "auto":
-        import torch
+        import torch  # start-up: torch only where it runs
 
         if torch.cuda.is_available():
             return f"cuda:{w.local_rank % torch.cuda.device_count()}"

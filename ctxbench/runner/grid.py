@@ -132,7 +132,7 @@ def new_run_id() -> str:
 
 
 def is_oom(exc: BaseException) -> bool:
-    import torch
+    import torch  # start-up: torch only where it runs
 
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
@@ -362,8 +362,8 @@ def pending(lm: Engine, job: Job, results: Results, seed: int = 0, run_id: str |
             ctx: Context | None = None, select: Callable[[Cell], bool] | None = None) -> Pending:  # fmt: skip
     """The cells of ``job`` that ``results`` does not hold yet (see :func:`run_task`), computed the
     way the run computes them: ``execute`` plans only these, and ``run_task`` runs them."""
-    import torch
-    import transformers
+    import torch  # start-up: torch only where it runs
+    import transformers  # start-up: transformers only where it runs
 
 
     task = job.task
@@ -476,7 +476,7 @@ def run_task(
     ``world``. A group that runs out of memory is retried cell by cell with smaller chunks; cells
     that still fail become rows with ``status = oom`` and the grid goes on.
     """
-    import torch
+    import torch  # start-up: torch only where it runs
 
 
     task = job.task
@@ -496,7 +496,7 @@ def run_task(
         progress.start_task(task.name, cells=todo, tokens=int(share), skipped=outcome.skipped)
     for group in todo_groups:
         finished: set[Cell] = set()
-        from ctxbench.methods import kernels
+        from ctxbench.methods import kernels  # start-up: loads numpy, torch
 
         kernels.forget()  # each group's rows name the attention paths that group ran
         try:
@@ -580,7 +580,7 @@ def _run_with_retry(task: Task, lm: Engine, ctx: Context, group: list[Cell], set
                     finished: set[Cell]) -> Iterator[tuple[Cell, list[Measurement]]]:
     """Run a group; on out-of-memory, free the cache and retry the unfinished cells one by one
     with smaller chunks before giving up (the caller marks them ``oom``)."""
-    import torch
+    import torch  # start-up: torch only where it runs
 
     try:
         yield from task.run_group(lm, ctx, group, settings)

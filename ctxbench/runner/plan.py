@@ -174,7 +174,7 @@ def _minutes(seconds: float) -> str:
 def interval_note(trials: int) -> str:
     """How sure an accuracy cell of ``trials`` trials can be: its 95% Wilson interval at half and
     at all trials right (the widest and a typical published case)."""
-    from ctxbench.stats import wilson
+    from ctxbench.stats import wilson  # start-up: loads numpy
 
     half_lo, half_hi = wilson(trials // 2, trials)
     all_lo, _ = wilson(trials, trials)

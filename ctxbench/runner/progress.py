@@ -36,7 +36,7 @@ class TokenProgress:
     def __enter__(self) -> TokenProgress:
         if self.console is None:
             return self
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # start-up: rich only where it runs
 
         self.bar = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(),

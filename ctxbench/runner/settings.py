@@ -9,16 +9,19 @@ with the same label are an error naming both.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from ctxbench import backends
 from ctxbench.defaults import DEFAULT_FACTOR
 from ctxbench.errors import UserError, closest, unknown
-from ctxbench.methods import show_value
+from ctxbench.methods import check_derived, show_value
 from ctxbench.methods.grid import check_labels as check_labels  # (re-exported: their home before)
 from ctxbench.methods.grid import expand as expand
 from ctxbench.methods.grid import method_entries as method_entries
 from ctxbench.methods.grid import resolve_methods as resolve_methods
-from ctxbench.parsing import parse_factors, parse_lengths
+from ctxbench.model.files import config_source, load_counts, load_geometry
+from ctxbench.parsing import parse_factors, parse_lengths, short
 
 if TYPE_CHECKING:
     # (jobs are ctxbench.runner.grid.Job and the config a grid.ModelConfig: grid imports this module)
@@ -97,8 +100,6 @@ MOST_SEED = 2**63 - 1
 
 
 def _shown(value: object, flag: str) -> str:
-    from ctxbench.parsing import short
-
     return f'{flag} "{short(value, 40)}"' if flag.endswith("=") else f"{flag} {short(value, 40)!r}" if isinstance(value, str) else f"{flag} {short(value, 40)}"
 
 
@@ -132,7 +133,7 @@ def check_device(device: object, *, flag: str = "--device") -> str:
         hint = f"did you mean {_option(flag, guess)}? " if guess else ""
         raise UserError(f"unknown device: {_shown(device, flag)}", f"{hint}use auto, cpu, cuda or cuda:N")
     if device.startswith("cuda"):
-        import torch
+        import torch  # start-up: torch only where it runs
 
         if not torch.cuda.is_available():
             raise UserError(f"{_option(flag, device)} asks for a CUDA GPU and none is visible on this machine",
@@ -229,13 +230,12 @@ def check_attn(attn: str | None, device: str, *, flag: str = "--attn") -> None:
     if device == "cpu":
         raise UserError(f"{_option(flag, attn)} needs a CUDA GPU, and {_option(device_flag, device)} asks for the CPU",
                         f"use {_option(flag, 'sdpa')} on the CPU")  # fmt: skip
-    import importlib.util
 
     if importlib.util.find_spec(module) is None and importlib.util.find_spec("kernels") is None:
         raise UserError(f"{_option(flag, attn)} needs the '{module}' package, which is not installed",
                         f"use {_option(flag, 'sdpa')}, or {install}")  # fmt: skip
     if device == "auto":
-        import torch
+        import torch  # start-up: torch only where it runs
 
         if not torch.cuda.is_available():
             raise UserError(f"{_option(flag, attn)} needs a CUDA GPU, and none is visible ({_option(device_flag, 'auto')} runs on the CPU)",
@@ -246,8 +246,6 @@ def check_backend(jobs: Iterable[Any], config: Any) -> None:
     """Refuse, before the plan, what the chosen backend (``--backend``) cannot run: an unknown
     backend (naming the closest), or a method, metric or model option it does not have
     (``ctxbench.backends.<name>.check``)."""
-    from ctxbench import backends
-
     backend = backends.get(config.backend)
     methods = [m for job in jobs for m in getattr(job.settings, "methods", ())]
     metrics = sorted({m for job in jobs for m in getattr(job.settings, "metrics", ()) or ()})
@@ -270,8 +268,6 @@ def check_methods(jobs: Iterable[Any], geom: RopeGeometry, num_layers: int | Non
     ``first_layer`` past the model's layers, frequencies that overflow). The run used to find these
     after loading the weights (25-30 s) or in its first cell; ``execute`` calls this before the plan,
     on the config for a dry run as for a run, so both refuse in the same words."""
-    from ctxbench.methods import check_derived
-
     for job in jobs:
         settings = job.settings
         lengths = getattr(settings, "lengths", None) or job.task.default_lengths(geom.trained_len)
@@ -288,7 +284,6 @@ def check_methods_on_model(jobs: Sequence[Any], model: str, trust_remote_code: b
     config this cannot read, are checked by :func:`check_loaded` once the model has loaded."""
     if not any(_reads_input(m) for job in jobs for m in getattr(job.settings, "methods", ())):
         return  # none, native, logn: the model's own numbers; no config to read for them
-    from ctxbench.model.files import config_source, load_geometry
 
     source = config_source(model)
     if source is None:
@@ -312,8 +307,6 @@ def check_loaded(jobs: Iterable[Any], lm: Engine) -> None:
 
 def _num_layers(source: str, trust_remote_code: bool) -> int | None:
     """The number of decoder layers in a model's config (cached for a ``.gguf`` file)."""
-    from ctxbench.model.files import load_counts
-
     return load_counts(source, trust_remote_code)[0]
 
 

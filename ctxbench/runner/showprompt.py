@@ -18,6 +18,10 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ctxbench.errors import UserError
+from ctxbench.model.describe import describe
+from ctxbench.runner.settings import build_settings
+from ctxbench.tasks import get
+from ctxbench.tasks.base import Cell
 
 if TYPE_CHECKING:
     from ctxbench.tasks.base import Task
@@ -35,8 +39,6 @@ def trial_row(row: dict[str, str], where: str) -> tuple[int, str]:
 def settings_of(task: Task, row: dict[str, str], options: dict[str, str] | None = None) -> Any:
     """The task's settings for the row's cell alone: its length, variant, depth and identity
     options, enough trials to reach its own, and ``options`` (values the row does not hold)."""
-    from ctxbench.runner.settings import build_settings
-
     names = set(task.option_names())
     raw: dict[str, Any] = {}
     try:
@@ -57,9 +59,6 @@ def settings_of(task: Task, row: dict[str, str], options: dict[str, str] | None 
 def prompt_ids(row: dict[str, str], lm: Any, tasks: dict[str, Task], options: dict[str, str] | None = None, where: str = "the row") -> tuple[int, ...]:
     """The token ids of the prompt of the trial ``row`` holds, rebuilt with ``lm``'s tokenizer and
     checked against the row (model digest, data digest, token count)."""
-    from ctxbench.tasks import get
-    from ctxbench.tasks.base import Cell
-
     trial, name = trial_row(row, where)
     task = get(name, tasks)
     if task.prompt is None:
@@ -99,8 +98,6 @@ def parse_options(values: list[str] | None) -> dict[str, str]:
 def describe_model(spec: str) -> SimpleNamespace:
     """What rebuilding a prompt needs of a model, read from its files without loading the weights:
     the tokenizer, the geometry and the digest (:func:`ctxbench.model.describe.describe`)."""
-
-    from ctxbench.model.describe import describe
 
     d = describe(spec)
     return SimpleNamespace(tokenizer=d.tokenizer, geometry=d.geometry, digest=d.digest, name=d.name)

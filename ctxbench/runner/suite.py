@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ctxbench.backends import BACKENDS
 from ctxbench.backends import DEFAULT as DEFAULT_BACKEND
 from ctxbench.defaults import (
     DEFAULT_ATTN,
@@ -53,6 +54,7 @@ from ctxbench.parsing import (
     check_name_lengths,
     decode_text,
     expand_path,
+    kind_of,
     parse_factors,
     parse_lengths,
     read_bounded,
@@ -191,8 +193,6 @@ def _top_level(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     if "dtype" in data:
         out["dtype"] = _choice(path, "dtype", data["dtype"], lambda v: v in DTYPES, DTYPES)
     if "backend" in data:
-        from ctxbench.backends import BACKENDS
-
         out["backend"] = _choice(path, "backend", data["backend"], lambda v: v in BACKENDS, tuple(BACKENDS))
     if "tensor_parallel" in data:
         tp = data["tensor_parallel"]
@@ -380,8 +380,6 @@ SUITE_MOST = 1 << 20
 
 
 def _kind_of_path(path: Path) -> str:
-    from ctxbench.parsing import kind_of
-
     try:
         return kind_of(os.stat(path).st_mode)
     except OSError:

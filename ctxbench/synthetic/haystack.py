@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from pydoc_data import topics
 
 from ctxbench.errors import UserError
 from ctxbench.parsing import decode_text
@@ -81,8 +83,6 @@ def _text_of(raw: bytes, path: Path, is_json: bool) -> str:
     text = decode_text(raw, f"haystack file '{path}'", "give .txt/.md prose or RULER's PaulGrahamEssays.json",
                        keep_bom=True)  # UTF-16 is text, not binary; the text as hashed before  # fmt: skip
     if is_json:
-        import json
-
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
@@ -110,8 +110,6 @@ def pydoc_prose() -> str:
     (underlined with ``*``/``=``/``-``), grammar productions, code and doctest blocks (indented),
     and paragraphs introducing them (ending with ':'), so the haystack reads like an essay.
     """
-    from pydoc_data import topics
-
     paragraphs: list[str] = []
     for name in sorted(topics.topics):
         for block in re.split(r"\n\s*\n", topics.topics[name]):

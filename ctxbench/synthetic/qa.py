@@ -279,7 +279,7 @@ def _hub_rows_to_official(variant: str, rows) -> object:
 def _load_hub(variant: str, spec: str) -> QAData:
     name, _, config = spec.partition(":")
     try:
-        import datasets
+        import datasets  # optional: datasets only where it is used
 
         data = datasets.load_dataset(name, config or None, split=HUB_SPLIT)
         rows = list(data)

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctxbench.errors import UserError, unknown
+from ctxbench.parsing import len_label
 from ctxbench.synthetic import babilong as bl
 from ctxbench.tasks import generated
-from ctxbench.tasks.base import Option, Reference
-from ctxbench.tasks.generated import Spec, generated_task
+from ctxbench.tasks.base import Option, Reference, Task
+from ctxbench.tasks.generated import Spec, generated_task, prompt_variants
 from ctxbench.tasks.options import text_parser
-from ctxbench.tasks.trials import ALL
+from ctxbench.tasks.ruler import haystack_of
+from ctxbench.tasks.trials import ALL, fewer_trials, most_trials, trials_said
 
 NAME = "babilong"
 HUB_HINT = ("export BABILong's rows once, e.g. python -c \"import datasets; datasets.load_dataset('RMT-team/babilong', '4k')['qa1']"
@@ -39,8 +41,6 @@ HUB_HINT = ("export BABILong's rows once, e.g. python -c \"import datasets; data
 
 
 def _haystack(value) -> str:
-    from ctxbench.tasks.ruler import haystack_of
-
     text = text_parser("--haystack", 'haystack = "essays"')(value)
     haystack_of(None if text == "pydoc" else text)  # fails here, before any model loads
     return text
@@ -61,7 +61,8 @@ def _choice(flag: str, choices: tuple[str, ...]):
 
 @dataclass(frozen=True)
 class Settings(generated.Settings):
-    trials: int | str | None = None  # None: every row (all) with --data, else 4
+    # None: every row (all) with --data, else 4; only the constructor sees it (__post_init__ decides)
+    trials: int | str | None = None  # type: ignore[assignment]  # a default sentinel, never read as None
     prompts: str = "current"
     length_of: str = "context"
 
@@ -101,8 +102,6 @@ def rows_of(spec: str, variant: str) -> tuple[dict, ...]:
 
 def _load(settings):
     """Generated: the haystack's digest and the recipe; published rows: their digest, per variant."""
-    from ctxbench.tasks.generated import prompt_variants
-
     variants = prompt_variants(SPEC, settings)
     if settings.data:
         path = Path(settings.data).expanduser()
@@ -110,7 +109,6 @@ def _load(settings):
             raise UserError(f"one --data file for {len(variants)} variants ({', '.join(variants)})",
                             "pick one with --variant, or give a directory holding qa1.jsonl ... qa5.jsonl")  # fmt: skip
         data = {v: rows_of(settings.data, v) for v in variants}
-        from ctxbench.tasks.trials import fewer_trials, most_trials, trials_said
 
         for v, rows in data.items():
             if settings.trials != ALL and most_trials(settings) > len(rows):
@@ -119,7 +117,6 @@ def _load(settings):
         digest = hashlib.sha256(repr(sorted((v, r) for v, rows in data.items() for r in map(lambda x: tuple(sorted(x.items())), rows))).encode()).hexdigest()[:16]
         return (f"babilong:{path.name}", {"data": digest}, {"rows": data, "prompts": settings.prompts},
                 [f"{v}: {len(r)} published rows" for v, r in data.items()])  # fmt: skip
-    from ctxbench.tasks.ruler import haystack_of
 
     haystack = haystack_of(None if settings.haystack in (None, "pydoc") else settings.haystack)
     fields = {"generator": "babilong-qa1-qa5/1", "haystack": haystack.digest}
@@ -143,8 +140,6 @@ def _check_row_length(tokenizer, record: dict, variant: str, length: int, trial:
     """A published row whose context is far from ``--len`` (more than :data:`LENGTH_SLACK` x off:
     another of BABILong's length configurations) would be recorded as a cell of a length it is not:
     one line naming the row, its tokens and the --len to give instead."""
-    from ctxbench.parsing import len_label
-
     tokens = len(tokenizer(record["input"], add_special_tokens=False)["input_ids"])
     if not length / LENGTH_SLACK <= max(tokens, 1) <= length * LENGTH_SLACK:
         raise UserError(f"--data row {trial} of {variant} holds {tokens:,} tokens of context, far from --len {len_label(length)} "
@@ -154,8 +149,6 @@ def _check_row_length(tokenizer, record: dict, variant: str, length: int, trial:
 
 def _items(settings) -> dict[str, int]:
     """{variant: published rows} under ``--data`` (``--trials all`` runs each of them)."""
-    from ctxbench.tasks.generated import prompt_variants
-
     return {v: len(rows_of(settings.data, v)) for v in prompt_variants(SPEC, settings)} if settings.data else {}
 
 
@@ -172,8 +165,6 @@ def _strict(text, p):
 
 
 def _build_tagged(tokenizer, fr, variant, length, seed, trial, state):
-    from dataclasses import replace
-
     p = _build(tokenizer, fr, variant, length, seed, trial, state)
     return replace(p, extra={**p.extra, "variant": variant})
 
@@ -215,7 +206,7 @@ REFERENCES = (
               "`--prompts 2024-05 --length-of prompt` (what every run before these options used)"),
 )
 
-TASK = generated_task(SPEC, "BABILong qa1-qa5: bAbI facts hidden in background prose (generated offline, or --data the published rows), "
+TASK: Task = generated_task(SPEC, "BABILong qa1-qa5: bAbI facts hidden in background prose (generated offline, or --data the published rows), "
                       "scored strictly (official) and leniently (lm-eval), x lengths x methods.", OPTIONS, settings=Settings,
                       trials_default="4; all with --data", references=REFERENCES,
                       legacy_options=lambda record: {**TASK.default_identity(), "prompts": "2024-05", "length_of": "prompt"})  # fmt: skip

@@ -31,6 +31,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ctxbench.errors import UserError
+from ctxbench.parsing import short
+
 
 @dataclass(frozen=True)
 class Option:
@@ -466,11 +469,11 @@ def domain_reason(record: dict, tasks: dict | None, domains: dict | None = None)
     for column, d in COLUMN_DOMAINS.items():
         why = why or _outside(column, record.get(column), d)
     text = record.get("extra") or ""
-    if not why and _EXTRA_KEYS.search(text):  # parse only the rows that may hold one
+    if not why and (named := _EXTRA_KEYS.search(text)):  # parse only the rows that may hold one
         try:
             extra = json.loads(text)
         except ValueError:
-            return f"extra is not valid JSON ({_short(text)}), yet it names {_EXTRA_KEYS.search(text).group(0)}"
+            return f"extra is not valid JSON ({_short(text)}), yet it names {named.group(0)}"
         if not isinstance(extra, dict):
             return f"extra is a JSON {type(extra).__name__}, not an object"
         for key, d in EXTRA_DOMAINS.items():
@@ -487,8 +490,6 @@ def domain_reason(record: dict, tasks: dict | None, domains: dict | None = None)
 
 
 def _short(text: str, most: int = 40) -> str:
-    from ctxbench.parsing import short
-
     return short(text, most)
 
 
@@ -511,8 +512,6 @@ def check_numbers(records: Iterable[dict], tasks: dict | None, where: str = "") 
     decimal comma), naming the file and the cell: what ``report`` and ``rank`` show as tables, where
     such a value would read as a gap (``—``) in a table that looks whole. ``compare`` judges it
     itself (the cell fails the gate, named), so this is the display readers' check."""
-    from ctxbench.errors import UserError
-
     for r, domains in _ok_rows(records, tasks):
         metric = r.get("metric", "")
         if metric in domains or (metric[-3:] in ("_lo", "_hi") and metric[:-3] in domains):
@@ -568,8 +567,6 @@ def check_records(records: Iterable[dict], tasks: dict | None, where: str = "") 
     behind ``rank`` and ``report --baseline``, the plots), so none judges such a value. Rows that
     are not ``ok`` are not read by any reader and not checked. ``where``: a prefix for the
     message (the file). One pass; a row's ``extra`` is parsed only when it may hold a number."""
-    from ctxbench.errors import UserError
-
     intervals: dict[tuple, dict[str, tuple[float, dict]]] = {}
     for r, domains in _ok_rows(records, tasks):
         reason = domain_reason(r, tasks, domains)
@@ -584,11 +581,11 @@ def check_records(records: Iterable[dict], tasks: dict | None, where: str = "") 
         if "lo" not in got and "hi" not in got:
             continue
         (lo, _), (hi, _) = got.get("lo", (-math.inf, None)), got.get("hi", (math.inf, None))
-        value, r = got.get("", (None, None))
+        value, row = got.get("", (None, {}))  # the aggregate's value and row ({}: none, never read)
         slack = 1e-9 * max(1.0, abs(lo), abs(hi))
         if lo > hi + slack:
             r = got["lo"][1]
             raise UserError(f"{where}{cell_text(r)}: {metric}_lo {lo:.6g} is above {metric}_hi {hi:.6g}", DOMAIN_FIX)
         if value is not None and not lo - slack <= value <= hi + slack:
             shown = " and ".join(f"{metric}_{b} {v:.6g}" for b, v in (("lo", lo), ("hi", hi)) if b in got)
-            raise UserError(f"{where}{cell_text(r)}: {metric} {value:.6g} is outside its own 95% interval ({shown})", DOMAIN_FIX)
+            raise UserError(f"{where}{cell_text(row)}: {metric} {value:.6g} is outside its own 95% interval ({shown})", DOMAIN_FIX)

@@ -4,14 +4,22 @@ chat default. The option parsers live in :mod:`ctxbench.tasks.options` and the t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ctxbench.errors import UserError
+from ctxbench.tasks import thinking
+from ctxbench.tasks.base import Option
 from ctxbench.tasks.options import (  # noqa: F401  (re-exported for plug-ins)
+    chat_of_mode,
     depths_option,
+    mode_of_chat,
     parse_bool,
     parse_chat,
     parse_choice,
     parse_depths,
     parse_depths_option,
     parse_positive_int,
+    parse_prompt_mode,
     variants_parser,
 )
 from ctxbench.tasks.trials import (  # noqa: F401  (re-exported for plug-ins)
@@ -66,8 +74,6 @@ def settle_chat(lm, settings):
     """``chat`` left to the model (``None``): the model's chat template under RULER's protocol when
     its tokenizer ships one, as RULER prompts chat models (its ``template.py`` has one per model
     family and ``base`` for base models); raw prompts under ``exact``, as every run before."""
-    from dataclasses import replace
-
     if settings.chat is not None:
         return settings
     ships = bool(getattr(lm.tokenizer, "chat_template", None))
@@ -82,10 +88,6 @@ PROMPT_MODE_HELP = ("chat: the model's chat template; completion: RULER's raw pr
 def generation_options() -> list:
     """The options every task that generates shares: ``--prompt-mode`` (onto ``chat``, which is the
     cell's identity, so it is not one itself) and the thinking budget and tags."""
-    from ctxbench.tasks import thinking
-    from ctxbench.tasks.base import Option
-    from ctxbench.tasks.options import parse_prompt_mode
-
     return [Option("prompt_mode", PROMPT_MODE_HELP, parse_prompt_mode, metavar="MODE", identity=False, split=True), *thinking.options()]
 
 
@@ -93,10 +95,6 @@ def check_generation(settings, answer_budget: int | None = None, default_chat: b
     """Before any model loads: ``--prompt-mode`` agrees with ``--chat`` and names one mode, and the
     thinking budget fits every length given (:func:`ctxbench.tasks.thinking.validate`).
     ``default_chat``: the settings' default of ``chat`` (a ``chat`` at it was not given)."""
-    from ctxbench.errors import UserError
-    from ctxbench.tasks import thinking
-    from ctxbench.tasks.options import chat_of_mode
-
     modes = getattr(settings, "prompt_mode", None)
     if modes:
         if len(modes) > 1 and "auto" in modes:  # auto is one of the others: the same cells twice
@@ -114,8 +112,6 @@ def mode_note(lm, settings) -> list[str]:
     """Under ``--prompt-mode auto``, the mode the task's rule chose and why, for the run's notes
     (``prepare``'s :attr:`ctxbench.tasks.base.Context.notes`: said once, in the summary; an error
     stays one line); [] for any other mode."""
-    from ctxbench.tasks.options import mode_of_chat
-
     if tuple(getattr(settings, "prompt_mode", None) or ()) != ("auto",):
         return []
     protocol = getattr(settings, "protocol", None)
@@ -133,10 +129,6 @@ def mode_note(lm, settings) -> list[str]:
 def settle_mode(settings, default_chat: bool | None = None):
     """``--prompt-mode`` onto ``chat`` (``auto`` leaves it to the task's rule); ``default_chat`` as
     :func:`check_generation`'s."""
-    from dataclasses import replace
-
-    from ctxbench.tasks.options import chat_of_mode
-
     modes = getattr(settings, "prompt_mode", None)
     if modes and chat_of_mode(modes[0]) is not None and settings.chat == default_chat:
         return replace(settings, chat=chat_of_mode(modes[0]))
@@ -146,8 +138,6 @@ def settle_mode(settings, default_chat: bool | None = None):
 def settle_generation(settle, lm, settings):
     """A generating task's settle: ``--prompt-mode`` onto ``chat``, the task's own ``settle`` (its
     ``auto`` rule), then the thinking budget (:func:`ctxbench.tasks.thinking.settle`)."""
-    from ctxbench.tasks import thinking
-
     settings = settle_mode(settings)
     if settle is not None:
         settings = settle(lm, settings)

@@ -102,7 +102,7 @@ def _read_local(path: Path, text_column: str) -> tuple[list[str], list[str]]:
         texts = _records_texts(path, records, text_column)
         return [f"{path.name}:{i}" for i in range(len(texts))], texts
     if path.suffix == ".parquet":
-        import pandas as pd
+        import pandas as pd  # start-up: pandas only where it runs
 
         try:
             frame = pd.read_parquet(path)
@@ -165,7 +165,7 @@ def _hub_corpus(name: str, split: str, text_column: str) -> Corpus:
     if name in HUB_ALIASES and text_column == "text":
         text_column = alias_column
     try:
-        import datasets
+        import datasets  # optional: datasets only where it is used
 
         data = datasets.load_dataset(hub_id, split=alias_split if name in HUB_ALIASES else split)
     except Exception as exc:  # datasets raises many types for "not found / offline"
@@ -231,7 +231,7 @@ class Tokenized:
 
     def _problem(self, name: str, ids, expected: object) -> str | None:
         """Why the stored tensor ``name`` cannot be a document's ids here (None: it can)."""
-        import torch
+        import torch  # start-up: torch only where it runs
 
         index = int(name[3:]) if name.startswith("doc") and name[3:].isdigit() else -1
         if not 0 <= index < len(self.corpus):
@@ -248,7 +248,7 @@ class Tokenized:
         """The verified documents of the cache file: a file that is unreadable, truncated, of
         another schema or for another tokenizer or corpus is noted and removed; each document whose
         ids do not verify is left out (and tokenised again), with one note for the file."""
-        from safetensors import SafetensorError, safe_open
+        from safetensors import SafetensorError, safe_open  # optional: safetensors only where it is used
 
         path = self.cache_path
         if not path.exists() and not path.is_symlink():
@@ -286,7 +286,7 @@ class Tokenized:
             self._dirty = True  # rewritten without them on the next save
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        import torch
+        import torch  # start-up: torch only where it runs
 
         if index not in self.ids:
             ids = self.tokenizer(self.corpus.texts[index], return_attention_mask=False)["input_ids"]
@@ -332,7 +332,7 @@ class Tokenized:
     def save(self) -> None:
         """Write the ids tokenised so far, each with its digest (atomically; a failure only costs
         the next run the tokenising)."""
-        from safetensors.torch import save
+        from safetensors.torch import save  # optional: safetensors only where it is used
 
         if not self._dirty:
             return

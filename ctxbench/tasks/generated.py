@@ -134,7 +134,11 @@ def validate(spec: Spec, settings: Settings) -> None:
 
 def trials_of(spec: Spec, settings: Settings, variant: str) -> int:
     """The trials a cell of ``variant`` runs: ``--trials N``, or every item of its data (``all``)."""
-    return spec.items(settings)[variant] if settings.trials == ALL else settings.trials
+    if settings.trials == ALL:
+        assert spec.items is not None  # (validate refuses --trials all where the spec has no items)
+        return spec.items(settings)[variant]
+    assert isinstance(settings.trials, int)  # (--trials auto: the runner runs batches of int trials)
+    return settings.trials
 
 
 def prompt_variants(spec: Spec, settings: Settings) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctxbench.errors import UserError, unknown
@@ -66,7 +66,7 @@ from ctxbench.tasks.common import (
 )
 from ctxbench.tasks.generated import settle as _settle
 from ctxbench.tasks.options import mode_of_chat, text_parser
-from ctxbench.tasks.trials import ALL, fewer_trials, numbered_trials, trials_said
+from ctxbench.tasks.trials import ALL, decode_length, fewer_trials, numbered_trials, trials_said
 
 MODES = ("mc", "generate")
 TEMPLATES = ("longbench", "lm-eval")
@@ -151,7 +151,7 @@ def _file(path: str, mtime_ns: int, size: int) -> tuple[lb.Item, ...]:
 @functools.lru_cache(maxsize=2)
 def _hub(name: str) -> tuple[lb.Item, ...]:
     try:
-        import datasets
+        import datasets  # optional: datasets only where it is used
 
         rows = [dict(r) for r in datasets.load_dataset(name, split="train")]
     except Exception as exc:  # noqa: BLE001  datasets raises many types for "not found / offline"
@@ -214,17 +214,18 @@ def items(settings: Settings) -> dict[str, int]:
 
 def trials_of(settings: Settings, bucket: str) -> int:
     """The trials a cell of ``bucket`` runs: ``--trials N``, or every item of the bucket."""
-    return items(settings)[bucket] if settings.trials == ALL else settings.trials
+    if settings.trials == ALL:
+        return items(settings)[bucket]
+    assert isinstance(settings.trials, int)  # (--trials auto: the runner runs batches of int trials)
+    return settings.trials
 
 
 def settle(lm, settings: Settings) -> Settings:
     """``chat`` left to the model: ``pred.py`` sends every prompt through the chat endpoint (the
     model's template when its tokenizer ships one); lm-eval's task runs raw text."""
-    from dataclasses import replace
-
     if settings.template == "lm-eval" and settings.chat is None and not settings.prompt_mode:
         return replace(settings, chat=False)
-    return _settle(_CHAT, lm, settings)
+    return _settle(_CHAT, lm, settings)  # type: ignore[arg-type, return-value]  # duck-typed: it reads spec.chat and the chat fields both Settings have
 
 
 def prepare(lm, settings: Settings) -> Context:
@@ -233,6 +234,7 @@ def prepare(lm, settings: Settings) -> Context:
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
     digest = hashlib.sha256(json.dumps([[i.id, i.question, i.context, list(i.choices), i.answer, i.bucket] for i in items]).encode()).hexdigest()[:16]
     fields = {"task": "longbench2", "chat": settings.chat, "data": digest}
+    assert settings.data is not None  # (validate requires --data; items_of read it above)
     name = Path(settings.data).name if Path(settings.data).expanduser().is_file() else settings.data
     if settings.chat and not getattr(lm.tokenizer, "chat_template", None):
         raise UserError("chat prompts need a tokenizer with a chat template and this one has none", "pass --no-chat for raw prompts")
@@ -351,8 +353,6 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
 def _mc_cells(lm, ctx: Context, prompts: dict):
     """Each trial's four letters scored after its prompt (one shared prefix per trial); trials the
     results file holds are kept (``ctx.kept``)."""
-    from ctxbench.tasks.trials import decode_length
-
     kept = getattr(ctx, "kept", None) or {}
     owner = [(cell, t, k) for cell, ps in prompts.items() for t in range(len(ps)) if t not in kept.get(cell, {}) for k in range(4)]
     nll: dict = {}
@@ -399,7 +399,7 @@ REFERENCES = (
               "`--template lm-eval` (raw text, `--mode mc`; `--len` is lm-eval's `max_length`)"),
 )
 
-TASK = Task(
+TASK: Task = Task(
     name="longbench2", help="LongBench v2 multiple choice over your copy of the items (--data FILE|HUB_ID): by log-likelihood "
     "of A-D (--mode mc) or generation (--mode generate), x length buckets x lengths (middle truncation) x methods.",
     settings=Settings, options=OPTIONS, prepare=prepare, cells=cells, groups=groups, run_group=run_group, cost=cost,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import re
 
-from ctxbench.errors import UserError, closest
-from ctxbench.parsing import short
+from ctxbench.errors import UserError, closest, unknown
+from ctxbench.parsing import short, split_list
 from ctxbench.tasks.base import Option
 
 
@@ -16,8 +16,6 @@ def parse_positive_int(value, flag: str, most: int | None = None, why: str = "")
     """A whole number >= 1, and at most ``most`` where a count has a ceiling that means something
     (``why`` says what): a count the user types must never make a plan or a run that cannot end,
     so an absurd one is refused at once rather than planned."""
-    from ctxbench.parsing import short
-
     text = str(value).strip()
     if re.fullmatch(r"\+?\d{19,}", text):  # past any ceiling (and past int()'s 4300 digits): said as too large, shortened
         if most is not None:
@@ -115,8 +113,6 @@ def parse_prompt_mode(value) -> tuple[str, ...]:
     """``--prompt-mode chat|completion|auto`` (a comma list runs each as its own cells): ``chat`` the
     model's chat template, ``completion`` RULER's raw prompt with its answer prefix, ``auto`` the
     task's rule (:func:`ctxbench.tasks.common.settle_chat`)."""
-    from ctxbench.parsing import split_list
-
     items = [str(v).strip().lower() for v in value] if isinstance(value, (list, tuple)) else split_list(str(value), what="--prompt-mode")
     for item in items:
         parse_choice(item, "--prompt-mode", PROMPT_MODES)
@@ -138,9 +134,6 @@ def mode_of_chat(chat: bool | None) -> str:
 def variants_parser(family: str, names: tuple[str, ...]):
     """The parser of a task's ``--variant``: a comma list of ``names`` (or ``all``), each known
     (else did-you-mean), none twice; a suite's list passes through the same checks."""
-    from ctxbench.errors import unknown
-    from ctxbench.parsing import split_list
-
     def parse(value) -> tuple[str, ...]:
         items = split_list(value, what="--variant") if not isinstance(value, (list, tuple)) else [str(v) for v in value]
         if items == ["all"]:

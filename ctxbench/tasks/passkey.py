@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ctxbench.errors import UserError
@@ -228,6 +228,7 @@ def build_prompt(tokenizer, length: int, depth: float, key: int, chat: bool = Fa
             f"length {length} is shorter than the passkey prompt's fixed text ({fixed} tokens)",
             f"use --len of at least {fixed + 1} (e.g. 1k)",
         )
+    bounds: Sequence[int]  # where the key may go: sentence boundaries, or every token of a given filler
     if filler is None:
         filler, bounds = _filler(_sentences(tokenizer), room)
     else:
@@ -295,10 +296,12 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
     instruction-and-filler stream computed once (:func:`ctxbench.model.decoding.decode_shared`); a
     cell is yielded as soon as all its trials are answered."""
     tok, built = lm.tokenizer, thinking.prompt_tokenizer(lm.tokenizer, settings)
+    n_trials = settings.trials
+    assert isinstance(n_trials, int)  # (--trials auto: the runner runs batches of int trials)
     prompts = {
-        cell: [build_prompt(built, thinking.room(settings, cell.length), cell.depth, draw_key(ctx.seed, cell.length, cell.depth, t, settings.digits),
+        cell: [build_prompt(built, thinking.room(settings, cell.length), _depth(cell), draw_key(ctx.seed, cell.length, _depth(cell), t, settings.digits),
                             settings.chat)
-               for t in range(settings.trials)]
+               for t in range(n_trials)]
         for cell in group
     }  # fmt: skip
     def measure(t, p, new, seconds) -> Measurement:
@@ -320,10 +323,16 @@ def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterat
                                          **thinking.outcomes(rows)) + extra  # fmt: skip
 
 
+def _depth(cell: Cell) -> float:
+    """A passkey cell's depth (its grid is depths x lengths: every cell has one)."""
+    assert cell.depth is not None
+    return cell.depth
+
+
 def prompt_ids(lm, ctx: Context, settings: Settings, cell: Cell, trial: int) -> tuple[int, ...]:
     """Trial ``trial``'s prompt in ``cell``, as :func:`run_group` builds it (``ctxbench show-prompt``)."""
-    key = draw_key(ctx.seed, cell.length, cell.depth, trial, settings.digits)
-    return build_prompt(thinking.prompt_tokenizer(lm.tokenizer, settings), thinking.room(settings, cell.length), cell.depth, key,
+    key = draw_key(ctx.seed, cell.length, _depth(cell), trial, settings.digits)
+    return build_prompt(thinking.prompt_tokenizer(lm.tokenizer, settings), thinking.room(settings, cell.length), _depth(cell), key,
                         settings.chat).ids  # fmt: skip
 
 

@@ -7,6 +7,7 @@ tasks draw — and :func:`write_plots`, which asks every task for its own.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -14,13 +15,15 @@ from ctxbench.errors import UserError
 from ctxbench.outfiles import save_figure
 from ctxbench.parsing import NAME_MAX, check_name_lengths, expand_path, len_label
 from ctxbench.tasks import registry
+from ctxbench.tasks.base import check_records
+from ctxbench.tasks.base import extra_of as read
 
 
 def pyplot():
-    import matplotlib
+    import matplotlib  # start-up: matplotlib only where it runs
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up: matplotlib only where it runs
 
     return plt
 
@@ -30,8 +33,6 @@ def safe_name(name) -> str:
 
 
 def extra_of(r) -> dict:
-    from ctxbench.tasks.base import extra_of as read
-
     return read(r)
 
 
@@ -75,7 +76,7 @@ def ok_rows(records, task, metric):
     return [r for r in records if r["task"] == task and r["metric"] == metric and r["status"] == "ok"]
 
 
-def by_factor(rows):
+def by_factor(rows: list[dict]) -> dict[tuple, list]:
     """Rows grouped by (model, factor); factor-free rows (methods that ignore the factor) join every group."""
     factors = {(r["model"], factor_of(r)) for r in rows if factor_of(r)}
     out: dict[tuple, list] = {}
@@ -90,20 +91,20 @@ def by_factor(rows):
 def depth_heatmaps(records: list[dict], directory: Path, task: str, metric: str = "correct") -> list[Path]:
     """Mean per-trial score, depth x length, per (model, variant, method label, factor)."""
     plt = pyplot()
-    paths = []
+    paths: list[Path] = []
     rows = [r for r in ok_rows(records, task, metric) if r["depth"] not in ("", None)]
     for (model, factor), part in sorted(by_factor(rows).items()):
         for variant, label in sorted({(r.get("variant", ""), r["label"]) for r in part}):
             mine = [r for r in part if r["label"] == label and r.get("variant", "") == variant]
             depths = sorted({float(r["depth"]) for r in mine}, reverse=True)
             lengths = sorted({int(r["length"]) for r in mine})
-            grid = [[None] * len(lengths) for _ in depths]
+            grid: list[list[float | None]] = [[None] * len(lengths) for _ in depths]
             counts = [[0] * len(lengths) for _ in depths]
             for r in mine:
                 i, j = depths.index(float(r["depth"])), lengths.index(int(r["length"]))
                 grid[i][j] = (grid[i][j] or 0.0) + float(r["value"])
                 counts[i][j] += 1
-            values = [[None if c == 0 else g / c for g, c in zip(gr, cr, strict=True)] for gr, cr in zip(grid, counts, strict=True)]
+            values = [[None if c == 0 or g is None else g / c for g, c in zip(gr, cr, strict=True)] for gr, cr in zip(grid, counts, strict=True)]
             fig, ax = plt.subplots(figsize=(max(4.5, 2.2 + 1.1 * len(lengths)), max(3.2, 1.6 + 0.55 * len(depths))), dpi=120)
             image = ax.imshow([[float("nan") if v is None else v for v in row] for row in values], cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
             ax.set_xticks(range(len(lengths)), [len_label(n) for n in lengths])
@@ -127,8 +128,6 @@ def fitting_name(path: Path) -> Path:
     method label and the factor, and a grid's label (``yarn(beta_fast=16,beta_slow=2,...)``) can
     pass :data:`~ctxbench.parsing.NAME_MAX` bytes, which made ``savefig`` a traceback after the
     whole run. A long name keeps its start and a digest of the whole, so two plots stay apart."""
-    import hashlib
-
     if len(path.name.encode()) <= NAME_MAX:
         return path
     digest = hashlib.sha1(path.name.encode()).hexdigest()[:10]
@@ -156,8 +155,6 @@ def check_plot_dir(directory: str | Path, flag: str = "--plot") -> Path:
 def write_plots(records: list[dict], directory: str | Path, tasks: dict | None = None) -> list[Path]:
     """Every task's plots for ``records`` into ``directory`` (created if needed); a value no run can
     produce is refused before anything is drawn (:func:`ctxbench.tasks.base.check_records`)."""
-    from ctxbench.tasks.base import check_records
-
     directory = check_plot_dir(directory)
     tasks = registry() if tasks is None else tasks
     check_records(records, tasks)

@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from ctxbench.errors import UserError
 from ctxbench.parsing import len_label, parse_length
+from ctxbench.stats import beyond_mean, bucket_means, ppl_interval
 from ctxbench.tasks import proxy
 from ctxbench.tasks.base import (
     AMOUNT,
@@ -52,6 +55,7 @@ from ctxbench.tasks.base import (
     Task,
 )
 from ctxbench.tasks.common import factors_for, parse_choice, parse_positive_int
+from ctxbench.tasks.corpus import Tokenized, check_local_dataset, load_corpus
 from ctxbench.tasks.options import text_parser
 from ctxbench.tasks.plots import (
     by_factor,
@@ -65,6 +69,9 @@ from ctxbench.tasks.plots import (
     save,
     series_style,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 NAME = "ppl"
 BUCKET = 512  # target positions per loss-by-position bucket
@@ -124,14 +131,13 @@ def validate(settings: Settings) -> None:
                 f"--stride {settings.stride} is longer than length {n}: tokens between windows would never be scored",
                 f"use a stride <= {n}, or omit --stride",
             )
-    from ctxbench.tasks.corpus import check_local_dataset
 
     check_local_dataset(settings.dataset, settings.text_column)  # fail before the model loads
 
 
 @dataclass
 class State:
-    tokens: object  # ctxbench.tasks.corpus.Tokenized
+    tokens: Tokenized
     lengths: list[int]
     chosen: dict[int, list[int]]  # length -> document indices
     skipped: dict[int, int]  # length -> shorter documents passed over
@@ -145,8 +151,6 @@ class State:
 
 def prepare(lm, settings: Settings) -> Context:
     """Load and tokenise the corpus, pick documents per length; error if none is long enough."""
-    from ctxbench.tasks.corpus import Tokenized, load_corpus
-
     corpus = load_corpus(settings.dataset, settings.split, settings.text_column)
     tokens = Tokenized(corpus, lm.tokenizer, bos=settings.bos)
     asked = list(settings.lengths or default_lengths(lm.geometry.trained_len))
@@ -225,8 +229,6 @@ def cost(settings: Settings, trained_len: int) -> list[CostItem]:
 def _position_rows(arrays: list, trained_len: int, mode: str) -> list[Measurement]:
     """Mean NLL per bucket of :data:`BUCKET` target positions (token-weighted over documents) and
     the mean NLL beyond the trained length (:mod:`ctxbench.stats`)."""
-    from ctxbench.stats import beyond_mean, bucket_means
-
     rows = [
         Measurement("nll_pos", b["nll"], doc="all", tokens=b["tokens"], mode=mode, pos=(b["start"], b["end"]))
         for b in bucket_means(arrays, BUCKET)
@@ -247,14 +249,13 @@ def _summary(docs: list, seconds: float, pass_tokens: int, peak: float, mode: st
         rows.append(Measurement("nll", s / c, doc=name, tokens=c, mode=mode))
         rows.append(Measurement("ppl", math.exp(s / c), doc=name, tokens=c, mode=mode))
     mean = total / count
-    from ctxbench.stats import ppl_interval
 
     arrays = [nll.double().numpy() for _, nll in docs]
     lo, hi, how = ppl_interval(arrays)
-    agg = dict(doc="all", tokens=count, seconds=round(seconds, 4), mode=mode, extra=extra)
+    agg: dict[str, Any] = dict(doc="all", tokens=count, seconds=round(seconds, 4), mode=mode, extra=extra)
     rows.append(Measurement("nll", mean, **agg))
     rows.append(Measurement("ppl", math.exp(mean), **agg))
-    ci = dict(doc="all", tokens=count, mode=mode, extra={"interval": f"95% bootstrap over {how}"})
+    ci: dict[str, Any] = dict(doc="all", tokens=count, mode=mode, extra={"interval": f"95% bootstrap over {how}"})
     rows.append(Measurement("ppl_lo", lo, **ci))
     rows.append(Measurement("ppl_hi", hi, **ci))
     rows.append(Measurement("docs", len(docs), **agg))
@@ -267,17 +268,18 @@ def _summary(docs: list, seconds: float, pass_tokens: int, peak: float, mode: st
 
 def run_group(lm, ctx: Context, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """Score the documents of each cell of ``group``; yields each cell's measurements."""
-    from ctxbench.model.measure import Measured
+    from ctxbench.model.measure import Measured  # start-up: loads torch
 
     st: State = ctx.state
     if settings.metrics:  # the unscaled model's references, once per document for the whole grid
-        docs = sorted({i for c in group for i in st.chosen[c.length]})
-        st.reference.ensure(lm, {i: st.tokens[i][: st.longest(i)] for i in docs}, settings.metrics, settings.chunk)
+        doc_ids = sorted({i for c in group for i in st.chosen[c.length]})
+        st.reference.ensure(lm, {i: st.tokens[i][: st.longest(i)] for i in doc_ids}, settings.metrics, settings.chunk)
     if len(group) > 1 or _shared(group[0]):
         yield from _shared_pass(lm, st, group, settings)
         return
     cell = group[0]
     docs, seconds, peak, pass_tokens, kls = [], 0.0, 0.0, 0, {}
+    assert cell.stride is not None  # (every ppl cell has its stride)
     sliding = cell.stride < cell.length
     with lm.session(cell.method, cell.factor or 1.0, cell.length) as engine:
         for i in st.chosen[cell.length]:
@@ -311,8 +313,6 @@ def _window(lm, engine, ids, settings: Settings):
 def _kl(lm, engine, st: State, i: int, hidden, settings: Settings) -> tuple:
     """(KL (m,), same top token (m,), seconds) of a method's window of document ``i`` against the
     unscaled model's hidden states, at positions ``0 .. m-1`` with ``m = min(n, L) - 1``."""
-    import time
-
     t0 = time.perf_counter()
     m = min(hidden.shape[1], lm.geometry.trained_len) - 1
     kl, same = engine.kl_from_hidden(st.reference.hidden[i][:, :m], hidden[:, :m], chunk=min(proxy.KL_CHUNK, settings.chunk))
@@ -336,7 +336,7 @@ def _proxy_rows(st: State, settings: Settings, n: int, indices: list, docs: list
 def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterator[tuple[Cell, list[Measurement]]]:
     """One forward per document at the longest length it is selected for; shorter lengths
     read the prefix of its per-token losses (and of its KL per position)."""
-    from ctxbench.model.measure import Measured
+    from ctxbench.model.measure import Measured  # start-up: loads torch
 
     lengths = sorted(c.length for c in group)
     need: dict[int, int] = {}  # doc -> longest length it serves in this group
@@ -370,11 +370,11 @@ def _shared_pass(lm, st: State, group: list[Cell], settings: Settings) -> Iterat
 def plots(records: list[dict], directory) -> list:
     """Perplexity against length per (model, factor), one line per method label with its 95%
     band, and loss by position per (model, factor, length), the trained length marked."""
-    from matplotlib import ticker
+    from matplotlib import ticker  # start-up: matplotlib only where it runs
 
 
     plt = pyplot()
-    paths = []
+    paths: list[Path] = []
     rows = ok_rows(records, "ppl", "ppl")
     bounds = {(r["model"], r["label"], factor_of(r), r["length"], r["metric"]): float(r["value"])
               for r in records if r["task"] == NAME and r["metric"] in ("ppl_lo", "ppl_hi") and r["status"] == "ok"}  # fmt: skip
@@ -417,7 +417,7 @@ def position_plots(records: list[dict], directory) -> list:
     """NLL against position, one figure per (model, factor, length) that has nll_pos rows."""
 
     plt = pyplot()
-    paths = []
+    paths: list[Path] = []
     rows = ok_rows(records, "ppl", "nll_pos")
     for (model, factor), part in sorted(by_factor(rows).items()):
         for length in sorted({int(r["length"]) for r in part}):

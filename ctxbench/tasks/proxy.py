@@ -31,7 +31,9 @@ runs a few hundred positions at a time, so no (positions x vocab) tensor of a lo
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctxbench.errors import UserError, unknown
 from ctxbench.methods import resolve
@@ -100,7 +102,7 @@ def key_token_mask(short_nll, long_nll, first: int, alpha: float | None = None, 
     """LongPPL's selection over targets ``1 .. n-1`` (tensors (n-1,)): ``short - long > alpha`` and
     ``long < -beta``, at target positions ``>= first`` (LongPPL scores no target before its short
     context is full). Returns (n-1,) bool."""
-    import torch
+    import torch  # start-up: torch only where it runs
 
     alpha = ALPHA if alpha is None else alpha
     beta = BETA if beta is None else beta
@@ -146,8 +148,6 @@ class Reference:
 
     def ensure(self, lm, docs: dict, metrics: tuple[str, ...], chunk: int) -> None:
         """Compute what ``metrics`` need for the documents ``{index: ids}`` not done yet."""
-        import time
-
         todo = {i: ids for i, ids in docs.items() if ("longppl" in metrics and i not in self.keys) or ("kl" in metrics and i not in self.hidden)}
         if not todo:
             return
@@ -168,7 +168,7 @@ def longppl_rows(docs: list, masks: list, mode: str, trained_len: int, evaluator
     Rows: per document with key tokens and aggregate (``doc = all``, token-weighted as ``ppl``)
     ``longppl``; its 95% ``longppl_lo``/``_hi`` (the bootstrap ``ppl`` uses, over the key tokens);
     ``key_tokens`` (their number; ``extra.per_doc``)."""
-    from ctxbench.stats import ppl_interval
+    from ctxbench.stats import ppl_interval  # start-up: loads numpy
 
     rows, keyed, per_doc = [], [], {}
     for (name, nll), mask in zip(docs, masks, strict=True):
@@ -184,7 +184,7 @@ def longppl_rows(docs: list, masks: list, mode: str, trained_len: int, evaluator
            "evaluator_seconds": round(evaluator_seconds, 4)}  # fmt: skip
     value = math.exp(total / count) if count else float("nan")
     lo, hi, unit = ppl_interval(keyed) if count else (float("nan"), float("nan"), "nothing (no key tokens)")
-    agg = dict(doc="all", tokens=count, mode=mode)
+    agg: dict[str, Any] = dict(doc="all", tokens=count, mode=mode)
     rows.append(Measurement("longppl", value, extra=how, **agg))
     rows.append(Measurement("longppl_lo", lo, extra={"interval": f"95% bootstrap over {unit}"}, **agg))
     rows.append(Measurement("longppl_hi", hi, extra={"interval": f"95% bootstrap over {unit}"}, **agg))
@@ -202,9 +202,9 @@ def kl_rows(docs: list, mode: str, seconds: float) -> list[Measurement]:
     95% ``kl_lo``/``kl_hi`` (bootstrap over documents, or one document's blocks, as ``ppl``);
     ``extra`` holds llama.cpp's other statistics: ``stderr`` (its ``±``), median, 99th percentile,
     maximum, and ``same_top`` (the share of positions whose most likely token agrees)."""
-    import numpy as np
+    import numpy as np  # start-up: numpy only where it runs
 
-    from ctxbench.stats import mean_interval, mean_stderr
+    from ctxbench.stats import mean_interval, mean_stderr  # start-up: loads numpy
 
     rows = []
     for name, kl, _ in docs:
@@ -214,7 +214,7 @@ def kl_rows(docs: list, mode: str, seconds: float) -> list[Measurement]:
     lo, hi, unit = mean_interval([kl.double().numpy() for _, kl, _ in docs])
     stats = {"stderr": mean_stderr(values), "median": float(np.median(values)), "p99": float(np.quantile(values, 0.99)),
              "max": float(values.max()), "same_top": same, "positions": "1 .. min(length, trained_len) - 1"}  # fmt: skip
-    agg = dict(doc="all", tokens=int(values.size), mode=mode)
+    agg: dict[str, Any] = dict(doc="all", tokens=int(values.size), mode=mode)
     rows.append(Measurement("kl", float(values.mean()), seconds=round(seconds, 4), extra=stats, **agg))
     rows.append(Measurement("kl_lo", lo, extra={"interval": f"95% bootstrap over {unit}"}, **agg))
     rows.append(Measurement("kl_hi", hi, extra={"interval": f"95% bootstrap over {unit}"}, **agg))

@@ -188,7 +188,7 @@ def prepare(lm, settings: Settings) -> Context:
     lengths = tuple(settings.lengths or default_lengths(lm.geometry.trained_len))
     data = {v: load(v, spec) for v, spec in specs(settings).items()}
     tok = thinking.prompt_tokenizer(lm.tokenizer, settings)
-    fr = frame(tok, settings.chat)
+    fr = frame(tok, bool(settings.chat))  # (None, not settled: raw, as frame reads it)
     reserve = thinking.reserve(settings)  # RULER's accounting with the thinking: prompt + thinking + answer <= length
     for variant, d in data.items():
         # the smallest prompt of a trial: its gold documents alone (seed and length only reorder them)
@@ -256,12 +256,12 @@ def prompts_for(lm, ctx: Context, variant: str, length: int, trials: int) -> lis
     """The trials' prompts of one (variant, length), built once per run and shared by every method."""
 
     if ctx.state.get("doc_count", "largest") == "ruler":  # RULER's samples, in order: sample t after the draws of those before
-        key = (variant, length, ctx.seed)
+        stream_key = (variant, length, ctx.seed)
         streams = ctx.state.setdefault("streams", {})
-        if key not in streams:
-            streams[key] = RulerStream(ctx.state["data"][variant], ctx.state.get("tokenizer", lm.tokenizer), length - ctx.state.get("reserve", 0),
+        if stream_key not in streams:
+            streams[stream_key] = RulerStream(ctx.state["data"][variant], ctx.state.get("tokenizer", lm.tokenizer), length - ctx.state.get("reserve", 0),
                                        ctx.seed, ctx.state["frame"])  # fmt: skip
-        return [streams[key].prompt(t) for t in range(trials)]
+        return [streams[stream_key].prompt(t) for t in range(trials)]
     cache = ctx.state["prompts"]
     out = []
     for t in range(trials):
@@ -328,7 +328,7 @@ REFERENCES = (
               "not RULER's: `--doc-count ruler`"),
 )
 
-TASK = Task(
+TASK: Task = Task(
     name="qa", help="RULER QA over your copy of SQuAD (qa_1) or HotpotQA (qa_2): --qa-data PATH (required) x lengths x methods.",
     settings=Settings, options=OPTIONS, prepare=prepare, cells=cells, groups=groups, run_group=run_group, cost=cost,
     metric="accuracy", higher_is_better=True, fraction=True, default_lengths=default_lengths, validate=validate,

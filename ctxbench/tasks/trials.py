@@ -5,10 +5,17 @@ file already holds), accuracy rows with their Wilson interval, and the answer NL
 
 from __future__ import annotations
 
+import hashlib
+import struct
+from dataclasses import replace
+from typing import Any
+
 from ctxbench.errors import UserError, unknown
+from ctxbench.model.thinking import split
 from ctxbench.stats import bootstrap_mean, wilson
 from ctxbench.tasks.base import Measurement, Option
 from ctxbench.tasks.options import check_most, parse_positive_int
+from ctxbench.tasks.thinking import row_extra
 
 AUTO = "auto"
 ALL = "all"  # every item of a task's data (longbench2, qa, babilong --data): what the benchmark itself reports
@@ -159,9 +166,6 @@ def prompt_digest(ids) -> str:
     """``sha256:`` and the hex SHA-256 of a prompt's token ids, each as 4 bytes little-endian
     unsigned (``struct.pack("<%dI", *ids)``): the exact token ids a trial was scored on, whatever
     tokenizer or template made them (``ctxbench show-prompt`` rebuilds and checks a row's prompt)."""
-    import hashlib
-    import struct
-
     ids = [int(t) for t in ids]
     return "sha256:" + hashlib.sha256(struct.pack(f"<{len(ids)}I", *ids)).hexdigest()
 
@@ -169,8 +173,6 @@ def prompt_digest(ids) -> str:
 def _recorded(row: Measurement, prompt, mode: str, thought: dict | None) -> Measurement:
     """A decoded trial's row with the prompt it was scored on (its mode and the digest of its token
     ids) and what it thought (:func:`ctxbench.tasks.thinking.row_extra`)."""
-    from dataclasses import replace
-
     extra = {**row.extra, "prompt_sha256": prompt_digest(prompt.ids), **({"prompt_mode": mode} if mode else {}), **(thought or {})}
     return replace(row, extra=extra)
 
@@ -184,7 +186,7 @@ def accuracy_rows(scores: list[float], tokens: int, seconds: float, **extra) -> 
     total = float(sum(scores))
     lo, hi = wilson(round(total), n) if n else (float("nan"), float("nan"))
     info = {"trials": n, "correct": total, **extra}
-    agg = dict(trial="all", tokens=tokens)
+    agg: dict[str, Any] = dict(trial="all", tokens=tokens)
     return [
         Measurement("accuracy", total / n, seconds=round(seconds, 4), extra=info, **agg),
         Measurement("accuracy_lo", lo, extra={"interval": "95% Wilson"}, **agg),
@@ -209,9 +211,6 @@ def answer_cells(lm, prompts_by_cell: dict, max_new_tokens: int, finished=None, 
     is then ``(prompt, answer_tokens, seconds, nll, thought)``: the tokens after the reasoning
     (stripped here, by the tags' ids: :func:`ctxbench.model.thinking.split`) and what the row
     records of it."""
-    from ctxbench.model.thinking import split
-    from ctxbench.tasks.thinking import row_extra
-
     first = next(iter(prompts_by_cell))
     assert all((c.method, c.factor, c.length) == (first.method, first.factor, first.length) for c in prompts_by_cell)
     owner = [(cell, t) for cell, prompts in prompts_by_cell.items() for t in range(len(prompts))]
@@ -274,8 +273,6 @@ def answer_nlls(lm, ctx, prompts_by_cell: dict, continuation, max_new_tokens: in
 def with_answer_nll(rows: list[Measurement], scored: dict) -> list[Measurement]:
     """Per-trial rows with ``extra.answer_nll`` / ``extra.answer_tokens`` from ``scored``
     (``{trial: (nll, tokens, seconds)}``; kept trials already carry theirs)."""
-    from dataclasses import replace
-
     out = []
     for r in rows:
         if r.trial in scored:
@@ -294,7 +291,7 @@ def answer_nll_rows(rows: list[Measurement], seconds: float) -> list[Measurement
     tokens = sum(int(r.extra["answer_tokens"]) for r in rows)
     n = len(values)
     lo, hi = bootstrap_mean(values, [1.0] * n) if n >= 2 else (float("nan"), float("nan"))
-    agg = dict(trial="all", tokens=tokens)
+    agg: dict[str, Any] = dict(trial="all", tokens=tokens)
     note = {"interval": "95% bootstrap over trials" if n >= 2 else "none (fewer than 2 trials)"}
     return [
         Measurement("answer_nll", sum(values) / n if n else float("nan"), seconds=round(seconds, 4), extra={"trials": n}, **agg),

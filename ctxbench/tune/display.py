@@ -12,7 +12,7 @@ def _num(x: float, digits: int = 4) -> str:
 
 
 def show_outcome(console, outcome, top: int = 8) -> None:
-    from rich.table import Table
+    from rich.table import Table  # start-up: rich only where it runs
 
     space, verdict, winner = outcome.space, outcome.verdict, outcome.winner
     table = Table(title=f"{space.method} at {len_label(space.target)}: {len(outcome.trials)} trial(s), "

@@ -28,7 +28,7 @@ import hashlib
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -77,7 +77,7 @@ class Objective(Protocol):
     name: str
     instances: tuple[str, ...]
 
-    def values(self, setting, factor: float, instances, guard_only: bool = False) -> Iterator[Value]:
+    def values(self, setting, factor: float, instances, guard_only: bool = False) -> Generator[Value, None, None]:
         """A :class:`Value` per instance, in order, on one session of ``setting`` at ``factor``
         (a consumer may stop early); ``guard_only``: the ``L/2`` guard alone (``units`` empty)."""
 
@@ -112,7 +112,7 @@ def make_needle(tokenizer, hay, length: int, depth: float, key: int) -> Needle:
     """The passkey task's ``length``-token prompt (:func:`ctxbench.tasks.passkey.build_prompt`) with
     the haystack ids ``hay`` as its filler, the key ``key`` at the token nearest ``depth`` of it; the
     answer is the key as the task scores it (:func:`ctxbench.tasks.passkey.answer_ids`)."""
-    from ctxbench.tasks.passkey import answer_ids, build_prompt
+    from ctxbench.tasks.passkey import answer_ids, build_prompt  # start-up: loads numpy
 
     prompt = build_prompt(tokenizer, length, depth, key, filler=[int(t) for t in hay[:length]])
     return Needle(prompt.ids, answer_ids(prompt))
@@ -151,7 +151,7 @@ class Kind(ABC):
         another prompt is never read back as this one's."""
         if not self.needles:
             return documents
-        from ctxbench.tasks.passkey import TEMPLATE_DIGEST
+        from ctxbench.tasks.passkey import TEMPLATE_DIGEST  # start-up: loads numpy
 
         return "sha256:" + hashlib.sha256(f"{documents}|{TEMPLATE_DIGEST}".encode()).hexdigest()[:16]
 
@@ -235,7 +235,7 @@ class ModelObjective:
         key = random.Random(f"{seed}|{doc}|{depth}").randrange(1_000_000, 10_000_000)
         return make_needle(self.lm.tokenizer, self.tokens[doc], self.target, depth, key)
 
-    def values(self, setting, factor: float, instances, guard_only: bool = False) -> Iterator[Value]:
+    def values(self, setting, factor: float, instances, guard_only: bool = False) -> Generator[Value, None, None]:
         half = self.trained // 2
         n = half if guard_only else self.target
         if guard_only or self.kind.one_session(setting):

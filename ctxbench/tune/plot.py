@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ctxbench.outfiles import save_figure
 from ctxbench.parsing import len_label
+from ctxbench.tasks.plots import pyplot
 
 MARKERS = {"complete": ("o", "C0"), "pruned": ("x", "C3"), "guarded": ("s", "C1"), "halved": ("^", "C7"), "stopped": ("v", "C7")}
 
@@ -33,8 +34,6 @@ def against_defaults(trial, defaults) -> float:
 
 def plot_trials(trials: list, space, path: str | Path) -> Path:
     """Write the figure to ``path``; trials without a value (stopped before any instance) are left out."""
-    from ctxbench.tasks.plots import pyplot
-
     plt = pyplot()
     defaults = trials[0] if trials else None
     delta = {t.number: against_defaults(t, defaults) for t in trials if t.values and defaults is not None}

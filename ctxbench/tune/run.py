@@ -22,16 +22,30 @@ import io
 import json
 import math
 import shlex
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ctxbench.errors import UserError
+from ctxbench.errors import UserError, unknown
+from ctxbench.methods import exportable, resolve
+from ctxbench.methods.export import engine_name, export
+from ctxbench.methods.frequencies import numpy_namespace
+from ctxbench.methods.grid import parse_spec
+from ctxbench.methods.setting import check_applicable, check_derived, frequencies
+from ctxbench.model.files import load_geometry
+from ctxbench.model.size import model_size
 from ctxbench.outfiles import replace_atomically, write_error
 from ctxbench.parsing import len_label
+from ctxbench.runner.costmodel import factors_for_plan, item_work, rate_for_plan
+from ctxbench.tasks.base import CostItem
+from ctxbench.tasks.corpus import Tokenized, is_local_dataset, load_corpus
 from ctxbench.textsafe import csv_escape
-from ctxbench.tune.objective import DEFAULT_OBJECTIVE, objective_kind, parse_objective
+from ctxbench.tune.objective import DEFAULT_OBJECTIVE, ModelObjective, Value, objective_kind, parse_objective
+from ctxbench.tune.search import Budget, Search, Trial, has_optuna
 from ctxbench.tune.space import Space, space_for, split_instances
-from ctxbench.tune.store import OutLock, check_out
+from ctxbench.tune.store import OutLock, TrialsFile, check_out
+from ctxbench.tune.verdict import Verdict, decide
+from ctxbench.version import __version__
 
 DEFAULT_GUARD = 0.05  # nats/token at L/2 over none: docs/tune.md says why
 DEFAULT_DOCS = 4
@@ -65,10 +79,10 @@ class TuneSettings:
 @dataclass
 class TuneOutcome:
     space: Space
-    trials: list = field(default_factory=list)
-    winner: object = None
-    defaults: object = None
-    verdict: object = None
+    trials: list[Trial] = field(default_factory=list)
+    winner: Trial | None = None  # (set once the search ran, as are the defaults and the verdict)
+    defaults: Trial | None = None
+    verdict: Verdict | None = None
     files: list = field(default_factory=list)
     evaluations: int = 0
     taken: int = 0
@@ -92,31 +106,20 @@ def parse_budget(trials, minutes) -> tuple[int | None, float | None]:
 def check(settings: TuneSettings, config) -> Space:
     """Every check that needs no weights: the space (from the model's config: its trained length), the
     options, the output directory. Returns the space."""
-    from ctxbench.methods import exportable
-    from ctxbench.methods.export import engine_name
-    from ctxbench.model.files import load_geometry
-
     parse_objective(settings.objective)
     parse_budget(settings.trials, settings.minutes)
     if not (settings.guard >= 0 and math.isfinite(settings.guard)):
         raise UserError(f"--guard {settings.guard} must be a number >= 0 (nats per token at L/2 over none)",
                         f"e.g. --guard {DEFAULT_GUARD:g}")  # fmt: skip
     if settings.sampler not in ("auto", "halving", "tpe"):
-        from ctxbench.errors import unknown
-
         raise unknown("--sampler", settings.sampler, ("auto", "halving", "tpe"))
     if settings.sampler == "tpe":
-        from ctxbench.tune.search import has_optuna
-
         if not has_optuna():
             raise UserError("--sampler tpe needs optuna", "pip install 'ctxbench[tune]', or use --sampler halving")
     engine = engine_name(settings.export) if settings.export is not None else None
     _check_enough_documents(settings)  # a local dataset read once: its column, and enough long documents
     if settings.docs < 2:
         raise UserError(f"--docs {settings.docs} must be >= 2 (one to tune on, one held out)", "e.g. --docs 4")
-    from ctxbench.methods import resolve
-    from ctxbench.methods.grid import parse_spec
-
     spec, inline = parse_spec(settings.method)
     if inline:  # a report's label or tune's own winner line: a setting, not a method to search
         raise UserError(f"--method '{settings.method}' is one setting of {spec}; tune searches {spec}'s parameters itself",
@@ -128,7 +131,6 @@ def check(settings: TuneSettings, config) -> Space:
                         f"{engine} supports: {', '.join(exportable(engine))} (or --export json)")  # fmt: skip
     geom = load_geometry(config.model, config.trust_remote_code)  # the config alone: no weights
     space = space_for(settings.method, geom.trained_len, settings.target, list(settings.only) or None)
-    from ctxbench.methods.setting import check_applicable, check_derived, frequencies, numpy_namespace
 
     defaults = space.setting(space.defaults())
     try:  # the published defaults are the first contender: a method whose defaults come from the config needs them there
@@ -152,8 +154,6 @@ def _check_enough_documents(settings: TuneSettings) -> None:
     less than a byte), so a local dataset or the built-in corpus with fewer than two documents of
     ``T`` bytes cannot give the two the search needs. A hub dataset is only read after the load.
     The one read of a local dataset before the load, so a missing file or column fails here too."""
-    from ctxbench.tasks.corpus import is_local_dataset, load_corpus
-
     if not is_local_dataset(settings.dataset):
         return
     corpus = load_corpus(settings.dataset, settings.split, settings.text_column)
@@ -183,10 +183,6 @@ def price(space: Space, settings: TuneSettings, trials: int, docs: int, config) 
     (:func:`ctxbench.runner.costmodel.item_work` at the plan's throughput,
     :func:`~ctxbench.runner.costmodel.rate_for_plan`): the searched method's attention at its path's
     measured cost factor (:func:`~ctxbench.runner.costmodel.factors_for_plan`), ``none``'s as plain."""
-    from ctxbench.model.size import model_size
-    from ctxbench.runner.costmodel import factors_for_plan, item_work, rate_for_plan
-    from ctxbench.tasks.base import CostItem
-
     kind = objective_kind(settings.objective)
     held = max(1, round(0.5 * docs))
     tune = docs - held
@@ -219,14 +215,13 @@ def trials_for(settings: TuneSettings, space: Space, config) -> int:
     p = price(space, settings, 1, settings.docs, config)
     if not math.isfinite(p.per_trial) or p.per_trial <= 0:
         return 50
+    assert settings.minutes is not None  # (no --budget: parse_budget asked for --minutes)
     return max(2, int((settings.minutes * 60 - p.fixed) // p.per_trial))
 
 
 def tune(settings: TuneSettings, config, console=None) -> TuneOutcome:
     """Run ``ctxbench tune``; ``config`` a :class:`ctxbench.runner.grid.ModelConfig` or a loaded model."""
-    import time
-
-    from ctxbench.runner.grid import ModelConfig
+    from ctxbench.runner.grid import ModelConfig  # start-up: loads filelock
 
     loaded = None if isinstance(config, ModelConfig) else config
     if loaded is None:
@@ -255,8 +250,6 @@ def tune(settings: TuneSettings, config, console=None) -> TuneOutcome:
 def _documents(lm, settings: TuneSettings, target: int) -> tuple[dict, str]:
     """``({name: ids}, data digest)``: the first ``--docs`` documents of at least ``target`` tokens,
     tokenised once (the token cache of :mod:`ctxbench.tasks.corpus`)."""
-    from ctxbench.tasks.corpus import Tokenized, load_corpus
-
     corpus = load_corpus(settings.dataset, settings.split, settings.text_column)
     tokens = Tokenized(corpus, lm.tokenizer)
     chosen = tokens.select([target], settings.docs)[target]
@@ -269,16 +262,14 @@ def _documents(lm, settings: TuneSettings, target: int) -> tuple[dict, str]:
 
 
 def _provenance(lm, settings: TuneSettings, space: Space, data_digest: str, sampler: str) -> dict:
-    from ctxbench.version import __version__
-
     try:
-        import torch
-        import transformers
+        import torch  # start-up: torch only where it runs
+        import transformers  # start-up: transformers only where it runs
 
-        tv, xv = torch.__version__, transformers.__version__
+        tv, xv = str(torch.__version__), transformers.__version__
     except ImportError:  # a fake model in tests without them
         tv, xv = "", ""
-    from ctxbench.runner.grid import new_run_id
+    from ctxbench.runner.grid import new_run_id  # start-up: loads filelock
 
     return {"run_id": new_run_id(), "model": lm.name, "model_digest": lm.digest, "data_digest": data_digest,
             "backend": lm.identity(), "device": str(lm.device), "dtype": str(lm.dtype),
@@ -288,12 +279,6 @@ def _provenance(lm, settings: TuneSettings, space: Space, data_digest: str, samp
 
 
 def _tune(lm, space: Space, settings: TuneSettings, trials: int, out: Path, console, start: float) -> TuneOutcome:
-    from ctxbench.methods import resolve
-    from ctxbench.tune.objective import ModelObjective
-    from ctxbench.tune.search import Budget, Search, has_optuna
-    from ctxbench.tune.store import TrialsFile
-    from ctxbench.tune.verdict import decide
-
     docs, data_digest = _documents(lm, settings, space.target)
     loading, start = __import__("time").monotonic() - start, __import__("time").monotonic()  # --minutes counts from here
     objective = ModelObjective(lm, docs, space.target, settings.objective, settings.chunk, settings.seed)
@@ -350,7 +335,7 @@ def _tune(lm, space: Space, settings: TuneSettings, trials: int, out: Path, cons
     # the verdict, on held-out instances only
     cached = store.cached("heldout")
     contenders = {"winner": winner, "defaults": defaults}
-    held_values = {}
+    held_values: dict[str, list[Value]] = {}
     for role, cand, setting, factor, label in (
         ("winner", winner.candidate, space.setting(winner.candidate), winner.candidate.factor, winner.label),
         ("defaults", defaults.candidate, space.setting(defaults.candidate), defaults.candidate.factor, defaults.label),
@@ -385,7 +370,7 @@ class _Progress:
 
     def __enter__(self):
         if self.console is not None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # start-up: rich only where it runs
 
             self.bar = Progress(TextColumn("tune"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                                 TimeElapsedColumn(), console=self.console, transient=False)  # fmt: skip
@@ -409,6 +394,7 @@ class _Progress:
 def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) -> None:
 
     space, verdict, winner = outcome.space, outcome.verdict, outcome.winner
+    assert verdict is not None and winner is not None and outcome.defaults is not None  # (the search ran)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=["new", "base", "where", "delta", "lo", "hi", "p", "p_adjusted", "n"], lineterminator="\n")
     w.writeheader()
@@ -434,14 +420,12 @@ def _write_outputs(outcome: TuneOutcome, out: Path, settings: TuneSettings, lm) 
     if (out / "niah.toml").is_file():
         outcome.files.append(out / "niah.toml")
     try:
-        from ctxbench.tune.plot import plot_trials
+        from ctxbench.tune.plot import plot_trials  # optional: matplotlib, inside try
 
         outcome.files.append(plot_trials(outcome.trials, space, out / "trials.png"))
     except ImportError:  # matplotlib is part of the install; a stripped environment still gets the CSV
         pass
     if settings.export:
-        from ctxbench.methods.export import export
-
         model = lm.name
         outcome.export_text = export(space.method, winner.candidate.factor, settings.export, model=model,
                                      params=dict(winner.candidate.params))  # fmt: skip
@@ -485,6 +469,7 @@ def niah_suite(outcome: TuneOutcome, out: Path, lm) -> str:
     nothing to compare (greedy answers of one setting are one run): no suite and no command (a
     ``niah.toml`` an earlier search of this folder wrote is removed, as it names another winner)."""
     space, winner, defaults = outcome.space, outcome.winner, outcome.defaults
+    assert winner is not None and defaults is not None  # (the search ran)
     if winner.candidate.key == defaults.candidate.key:
         old = out / "niah.toml"
         if old.is_file() and old.read_text(errors="replace").startswith(NIAH_HEADER):
@@ -509,7 +494,7 @@ def niah_suite(outcome: TuneOutcome, out: Path, lm) -> str:
 
 def show_plan(console, space: Space, settings: TuneSettings, trials: int, config) -> None:
     """The whole search priced before it starts."""
-    from rich.table import Table
+    from rich.table import Table  # start-up: rich only where it runs
 
     p = price(space, settings, trials, settings.docs, config)
     table = Table(title=f"tune {space.method} for {len_label(space.target)} on {config.model} (L = {len_label(space.trained)}; "

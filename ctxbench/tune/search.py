@@ -28,10 +28,11 @@ Resuming
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
 from ctxbench.tune.objective import Objective, Value
@@ -93,7 +94,7 @@ def paired_units(a: Trial | list[Value], b: Trial | list[Value]) -> tuple[list[f
 
 def clearly_worse(trial: Trial, best: Trial, alpha: float = PRUNE_ALPHA) -> tuple[bool, str]:
     """Whether ``trial`` is worse than ``best`` on the units they share at two-sided ``p < alpha``."""
-    from ctxbench.stats import sign_flip_test
+    from ctxbench.stats import sign_flip_test  # start-up: loads numpy
 
     diffs, weights = paired_units(trial, best)
     if len(diffs) < 2 or sum(diffs) <= 0:
@@ -172,7 +173,7 @@ class Search:
         it is clearly worse than the best or breaks the guard."""
         todo = [name for name in self.tuning[:upto] if name not in t.by_instance()]
         fresh = [name for name in todo if (t.candidate.key, name) not in self.cached]
-        stream: Iterator[Value] | None = None
+        stream: Generator[Value, None, None] | None = None
         try:
             for name in todo:
                 best = self.best()
@@ -234,6 +235,7 @@ class Search:
     def run(self) -> list[Trial]:
         """The whole search; returns every trial (in order)."""
         defaults = self._trial(self.space.defaults())
+        assert defaults is not None  # (the first trial always has room)
         self.evaluate(defaults, len(self.tuning))
         if self.sampler == "tpe":
             self._tpe()
@@ -294,7 +296,7 @@ class Search:
                 return
 
     def _tpe(self) -> None:
-        import optuna
+        import optuna  # optional: optuna only where it is used
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=self.seed))
@@ -327,6 +329,4 @@ class Search:
 
 def has_optuna() -> bool:
     """Whether the optional extra ``ctxbench[tune]`` (optuna) is installed."""
-    import importlib.util
-
     return importlib.util.find_spec("optuna") is not None

@@ -15,6 +15,7 @@ import itertools
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from ctxbench.errors import UserError, closest
 from ctxbench.methods import METHODS, resolve
@@ -65,7 +66,7 @@ class Candidate:
     ``params`` sorted ``(name, value)`` pairs, so equal points are equal keys."""
 
     factor: float
-    params: tuple[tuple[str, object], ...] = ()
+    params: tuple[tuple[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -193,9 +194,11 @@ def space_for(method: str, trained: int, target: int, only: list[str] | None = N
     dims = []
     for name, (tune, integer) in ranges.items():
         if tune.scale == "grid":
+            assert tune.values is not None  # (a grid range has its values: Tune checks it)
             values = tuple(sorted({int(v) for v in tune.values(trained, target)}))
             dims.append(Dim(name, "grid", values=values, integer=True, why=tune.why))
         else:
+            assert tune.bounds is not None  # (a log or linear range has its bounds: Tune checks it)
             low, high = tune.bounds(trained, target)
             for j in range(tune.knots) if tune.knots else (None,):  # a curve: one dimension per knot
                 dims.append(Dim(name if j is None else f"{name}.{j}", tune.scale, low=float(low), high=float(high),

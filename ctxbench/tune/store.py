@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ctxbench.errors import UserError
+from ctxbench.parsing import check_name_lengths, expand_path, read_bounded, short
 from ctxbench.textsafe import csv_unescape
 from ctxbench.tune.objective import Value
 
@@ -53,8 +54,7 @@ ROW_KEY = (*IDENTITY, "split", "kind", "trial", "candidate", "instance")
 
 def _read_rows(path: Path) -> list[dict]:
     """The rows of a tune trials file, or one line saying it is none (another tool's ``trials.csv``)."""
-    from ctxbench.parsing import read_bounded, short
-    from ctxbench.results.store import RESULTS_MOST
+    from ctxbench.results.store import RESULTS_MOST  # start-up: loads filelock
 
     text = read_bounded(path, RESULTS_MOST).decode("utf-8-sig", errors="replace")
     reader = csv.DictReader(io.StringIO(text))
@@ -73,8 +73,6 @@ def check_out(out: str | Path, search: dict, resume: bool) -> None:
     (or a path one can be made at: no file on the way, no dangling link, writable), holding no
     other tool's ``trials.csv`` and no other search's (another method, objective, target, trained
     length or seed: ``search``'s :data:`SEARCH` values), unless ``--no-resume`` replaces it."""
-    from ctxbench.parsing import check_name_lengths, expand_path, short
-
     check_name_lengths(str(out), "--out")
     out = expand_path(out)
     if out.is_symlink() and not out.exists():
@@ -102,12 +100,12 @@ class OutLock:
     one line, rather than computing every evaluation again beside the first and writing each twice."""
 
     def __init__(self, out: Path) -> None:
-        from filelock import FileLock
+        from filelock import FileLock  # optional: filelock only where it is used
 
         self.out, self.lock = out, FileLock(str(out / ".tune.lock"))
 
     def __enter__(self) -> OutLock:
-        from filelock import Timeout
+        from filelock import Timeout  # optional: filelock only where it is used
 
         try:
             self.lock.acquire(timeout=0)
@@ -126,7 +124,7 @@ class TrialsFile:
     search there are refused (:func:`check_out`), or, with ``resume=False``, replaced."""
 
     def __init__(self, path: str | Path, base: dict, resume: bool = True) -> None:
-        from ctxbench.results.store import check_writable, target
+        from ctxbench.results.store import check_writable, target  # start-up: loads filelock
 
         self.path = target(path)
         check_writable(self.path)
@@ -158,7 +156,7 @@ class TrialsFile:
         """Add rows (with the provenance columns), each replacing an earlier row of the same place
         (:data:`ROW_KEY`: a resumed search's trial rows are not appended again), and rewrite the file
         atomically under its lock; rows another writer added since are kept."""
-        from ctxbench.results.store import as_strings, atomic_write, header_bytes, locked, serialize
+        from ctxbench.results.store import as_strings, atomic_write, header_bytes, locked, serialize  # start-up: loads filelock
 
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         full = [{**self.base, "time": stamp, **as_strings(r)} for r in rows]

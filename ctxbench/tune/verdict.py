@@ -48,7 +48,7 @@ class Verdict:
 
 def compare(new: list[Value], base: list[Value], new_name: str, base_name: str, where: str, seed: int = 0) -> Comparison:
     """Paired comparison over the units of the same instances (``where == "L/2"``: the guard units)."""
-    from ctxbench.stats import paired_bootstrap, sign_flip_test
+    from ctxbench.stats import paired_bootstrap, sign_flip_test  # start-up: loads numpy
 
     nb = {v.instance: v for v in base}
     diffs, weights = [], []
@@ -69,7 +69,7 @@ def compare(new: list[Value], base: list[Value], new_name: str, base_name: str, 
 def decide(winner: list[Value], defaults: list[Value], none: list[Value], *, same: bool, guard: float,
            alpha: float = 0.05, seed: int = 0, target_name: str = "T") -> Verdict:  # fmt: skip
     """The verdict from the three contenders' held-out values; ``same``: the winner is the defaults."""
-    from ctxbench.stats import holm
+    from ctxbench.stats import holm  # start-up: loads numpy
 
     pairs = [(winner, defaults, "winner", "defaults"), (winner, none, "winner", UNSCALED), (defaults, none, "defaults", UNSCALED)]
     comps = [compare(a, b, an, bn, where, seed) for where in (target_name, "L/2") for a, b, an, bn in pairs]

@@ -15,7 +15,8 @@ MOVED_ROW = re.compile(r"^\s*\| `(ctxbench\.[\w.]+)` \| `(ctxbench\.[\w.]+)` \|$
 def moved() -> dict[str, str]:
     """The CHANGELOG's table of 0.1 paths and their 0.2 homes."""
     text = (ROOT / "CHANGELOG.md").read_text()
-    return dict(m.groups() for line in text.splitlines() if (m := MOVED_ROW.match(line)))
+    table = text[text.index("| 0.1 path | 0.2 path |") :].split("\n\n")[0]
+    return dict(m.groups() for line in table.splitlines() if (m := MOVED_ROW.match(line)))
 
 
 def test_the_changelog_lists_the_27_old_paths():
