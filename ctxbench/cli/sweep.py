@@ -54,7 +54,11 @@ def _plan_table(jobs, model: str, suite: str, target: str, device: str, dtype: s
 
 def suites(name: str | None = typer.Argument(None, help="a built-in suite to print as TOML (to start a suite file of your own)")) -> None:
     """The built-in suites, shipped with ctxbench: run one with `ctxbench sweep NAME`."""
-    from ctxbench.runner.suite import builtin_suites, describe, load_suite  # start-up: loads filelock, tomllib
+    from ctxbench.runner.suite import (  # start-up: loads filelock, tomllib
+        builtin_suites,
+        describe,
+        load_suite,
+    )
 
     found = builtin_suites()
     if name is not None:

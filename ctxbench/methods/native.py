@@ -46,7 +46,9 @@ def native_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespa
     rope_type = rope["rope_type"]
     if rope_type == "default":
         return none_freqs(geom, factor, seq_len, xp=xp)
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # start-up: transformers only where it runs
+    from transformers.modeling_rope_utils import (
+        ROPE_INIT_FUNCTIONS,  # start-up: transformers only where it runs
+    )
 
     fn = ROPE_INIT_FUNCTIONS.get(rope_type)
     if fn is None:

@@ -48,7 +48,12 @@ def describe(spec: str, trust_remote_code: bool = False) -> ModelDescription:
     import torch  # start-up: torch only where it runs
     from transformers import AutoTokenizer, GenerationConfig  # start-up: transformers only where it runs
 
-    from ctxbench.model.files import check_model, dir_digest, file_digest, load_config  # load_config looked up when called (tests replace it)
+    from ctxbench.model.files import (  # load_config looked up when called (tests replace it)
+        check_model,
+        dir_digest,
+        file_digest,
+        load_config,
+    )
     from ctxbench.model.load import dequantised_path, load, verified_model  # start-up: loads numpy, torch
 
     kind, path, gguf = check_model(spec)  # damaged files: one clear line

@@ -36,7 +36,13 @@ class TokenProgress:
     def __enter__(self) -> TokenProgress:
         if self.console is None:
             return self
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # start-up: rich only where it runs
+        from rich.progress import (  # start-up: rich only where it runs
+            BarColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.bar = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(),

@@ -370,7 +370,13 @@ class _Progress:
 
     def __enter__(self):
         if self.console is not None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # start-up: rich only where it runs
+            from rich.progress import (  # start-up: rich only where it runs
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self.bar = Progress(TextColumn("tune"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                                 TimeElapsedColumn(), console=self.console, transient=False)  # fmt: skip

@@ -156,7 +156,13 @@ class TrialsFile:
         """Add rows (with the provenance columns), each replacing an earlier row of the same place
         (:data:`ROW_KEY`: a resumed search's trial rows are not appended again), and rewrite the file
         atomically under its lock; rows another writer added since are kept."""
-        from ctxbench.results.store import as_strings, atomic_write, header_bytes, locked, serialize  # start-up: loads filelock
+        from ctxbench.results.store import (  # start-up: loads filelock
+            as_strings,
+            atomic_write,
+            header_bytes,
+            locked,
+            serialize,
+        )
 
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         full = [{**self.base, "time": stamp, **as_strings(r)} for r in rows]
