@@ -242,3 +242,31 @@ def test_no_module_imports_another_modules_private_name():
                 found += [f"{name}: from {node.module} import {a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]  # fmt: skip
     assert not found, "\n".join(found)
+
+
+# Imports inside functions, at most: each keeps a module's start-up light (torch, transformers and what
+# loads them come where a model runs), an optional dependency optional, or a name replaceable when called.
+MOST_INNER_IMPORTS = 166
+
+
+def _inner_imports() -> list[tuple[str, int, str]]:
+    """(path, line, the import's text) of every import inside a function of the package."""
+    out = []
+    for path in MODULES.values():
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        seen: set[int] = set()
+        for f in ast.walk(tree):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for n in ast.walk(f):
+                    if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in seen:
+                        seen.add(id(n))
+                        out.append((str(path.relative_to(ROOT)), n.lineno, "\n".join(lines[n.lineno - 1 : n.end_lineno])))
+    return out
+
+
+def test_imports_inside_functions_are_few_and_each_says_why():
+    found = _inner_imports()
+    assert len(found) <= MOST_INNER_IMPORTS, f"{len(found)} imports inside functions (at most {MOST_INNER_IMPORTS})"
+    silent = [f"{p}:{i}: {text.strip()}" for p, i, text in found if "#" not in text]
+    assert not silent, "imports inside functions without their reason (a comment):\n" + "\n".join(silent)

@@ -86,7 +86,7 @@ class HfEngine(LoadedModel, Engine):
 
     def check_layouts(self, jobs: Sequence[Any]) -> None:
         """Refuse a method whose frequencies do not fit the model's rotary tables (one line, before the plan)."""
-        from ctxbench.methods.patching import (
+        from ctxbench.methods.patching import (  # start-up: loads accelerate, filelock, huggingface_hub
             check_layout,  # start-up: loads accelerate, filelock, huggingface_hub
         )
 

@@ -2,7 +2,7 @@
 llama.cpp, through llama-cpp-python (``CTXBENCH_LLAMACPP=1 bash scripts/setup.sh`` builds it).
 
 A GGUF model runs as it is; a transformers checkpoint is converted once to an F32 GGUF with
-llama.cpp's own converter (:mod:`ctxbench.backends.llamacpp_files`). The tokenizer, geometry, stop
+llama.cpp's own converter (:mod:`ctxbench.backends.llamacpp_lib`). The tokenizer, geometry, stop
 tokens and digest are ctxbench's own (:func:`ctxbench.model.describe.describe`, as on vLLM), so every
 prompt is the same token ids as on the ``hf`` path and rows pair.
 
@@ -34,17 +34,23 @@ llama-cpp-python cannot hand back rotary tables, so the outputs are compared ins
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from ctxbench.backends.base import Engine
+from ctxbench.backends.llamacpp_lib import CHUNK, Context, converted, weight_type
 from ctxbench.errors import UserError
+from ctxbench.methods import exportable
+from ctxbench.methods.export import llamacpp_settings
+from ctxbench.model.describe import describe
+from ctxbench.model.files import check_model, load_counts, locate
+from ctxbench.model.size import model_size
+from ctxbench.synthetic.haystack import load_haystack
 
 NAME = "llamacpp"
 DIST = "llama-cpp-python"
@@ -54,8 +60,6 @@ INSTALL = f"CTXBENCH_LLAMACPP=1 bash scripts/setup.sh (builds {DIST} {VERSION} f
 # high-level API returns neither, and ctxbench asks it for next-token logits only.
 HIDDEN_METRICS = {"longppl": "the unscaled model's per-token losses in sliding windows of the trained length",
                   "kl": "the next-token distributions over the whole vocabulary of two models"}  # fmt: skip
-CHUNK = 512  # tokens per llama_decode (n_batch = n_ubatch): the logits llama.cpp holds are CHUNK x vocab float32
-ROWS = 64  # logit rows reduced at a time in float64
 # llama.cpp's names of the rope scaling types (include/llama.h, enum llama_rope_scaling_type)
 ROPE_SCALING = {"none": 0, "linear": 1, "yarn": 2}
 # Each export flag -> the llama_cpp.Llama argument llama.cpp's common/arg.cpp sets from it.
@@ -97,8 +101,6 @@ TOLERANCE = {"float32": Tolerance(window=(1e-4, 1e-4), position=(1e-3, 1e-3)), "
 
 def version() -> str | None:
     """The installed llama-cpp-python's version, or None; no import of llama_cpp (it loads the library)."""
-    from importlib import metadata
-
     try:
         return metadata.version(DIST)
     except metadata.PackageNotFoundError:
@@ -130,7 +132,6 @@ def check(methods, metrics, config) -> None:
         if reason is not None:
             raise UserError(f"llama.cpp cannot run method '{method.label}'" + (f": {reason}" if reason else ""),
                             f"run it with --backend hf, which runs every method (llama.cpp runs: {', '.join(runs())})")  # fmt: skip
-    from ctxbench.model.files import locate
 
     if locate(config.model)[0] == "hub":
         raise UserError(f"--backend llamacpp converts a checkpoint folder to GGUF, and '{config.model}' is a hub id",
@@ -141,8 +142,6 @@ def check(methods, metrics, config) -> None:
 
 def runs() -> tuple[str, ...]:
     """The methods this backend runs: those ``export --to llamacpp`` expresses."""
-    from ctxbench.methods import exportable
-
     return exportable("llamacpp")
 
 
@@ -162,18 +161,12 @@ def llama_kwargs(flags: dict) -> dict:
 def engine_kwargs(method, geom, factor: float, n_ctx: int) -> dict:
     """What :meth:`LlamaCppEngine.engine` passes to ``llama_cpp.Llama`` for ``method`` at ``factor``
     on sequences of up to ``n_ctx`` tokens: the export's settings with the run's context size."""
-    from ctxbench.methods.export import llamacpp_settings
-
     return {**llama_kwargs(llamacpp_settings(method, geom, factor)), "n_ctx": int(n_ctx)}
 
 
 def load(config) -> LlamaCppEngine:
     """The model as llama.cpp runs it: a GGUF file as it is, a checkpoint folder converted once;
     described from its files by ctxbench's own loader (:func:`ctxbench.model.describe.describe`)."""
-    from ctxbench.backends.llamacpp_files import converted
-    from ctxbench.model.describe import describe
-    from ctxbench.model.files import check_model
-
     kind, path, gguf = check_model(config.model)
     d = describe(config.model, config.trust_remote_code)
     engine_version = version() or "unknown"
@@ -185,36 +178,10 @@ def load(config) -> LlamaCppEngine:
                           reference=lambda: _reference(config))  # fmt: skip
 
 
-def weight_type(gguf: Path) -> str:
-    """What the GGUF's matrices are stored as, llama.cpp's ``llama_model_ftype`` (the file's
-    ``general.file_type``, else what its tensors are): ``float32`` for an all-F32 file (a converted
-    checkpoint), else the type's name in lower case (``q4_1`` for the default model), which is what
-    llama.cpp's matrix products compute with. The model is memory-mapped, not read (0.5 s)."""
-    import llama_cpp
-    from gguf import LlamaFileType
-
-    _quiet(llama_cpp)
-    params = llama_cpp.llama_model_default_params()
-    params.n_gpu_layers = 0
-    model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), params)
-    if model is None:
-        raise UserError(f"llama.cpp cannot load '{gguf}': {next(reversed(_quiet(llama_cpp)), 'no reason given')}",
-                        "check the file (ctxbench reads it with --backend hf), or use --backend hf")  # fmt: skip
-    try:
-        ftype = int(llama_cpp.llama_model_ftype(model)) & ~1024  # LLAMA_FTYPE_GUESSED: read from the tensors
-    finally:
-        llama_cpp.llama_model_free(model)
-    try:
-        name = LlamaFileType(ftype).name
-    except ValueError:
-        return f"ftype{ftype}"
-    return "float32" if name == "ALL_F32" else name.removeprefix("MOSTLY_").lower()
-
-
 def _reference(config):
     """The same weights on transformers in float32 (a GGUF's dequantised model), for the engine check."""
-    from ctxbench.backends.hf import HfEngine
-    from ctxbench.model.load import load as load_model
+    from ctxbench.backends.hf import HfEngine  # start-up: loads numpy, torch
+    from ctxbench.model.load import load as load_model  # start-up: loads numpy, torch
 
     return HfEngine.of(load_model(config.model, device="cpu", dtype="float32", trust_remote_code=config.trust_remote_code, attn="sdpa"))
 
@@ -251,13 +218,9 @@ class LlamaCppEngine(Engine):
         yield LlamaCppSession(self, method, float(factor), int(seq_len))
 
     def size(self):
-        from ctxbench.model.size import model_size
-
         return model_size(self.name)
 
     def num_layers(self) -> int | None:
-        from ctxbench.model.files import load_counts
-
         try:
             return load_counts(self.name, False)[0]
         except Exception:  # noqa: BLE001 - a config ctxbench cannot read: llama.cpp reads the GGUF
@@ -303,7 +266,7 @@ class LlamaCppEngine(Engine):
         """Raise :class:`UserError` where llama.cpp's per-position NLL of the probe document of
         ``n`` tokens parts from ``reference``'s (an :class:`ctxbench.backends.hf.HfEngine`) under
         ``method`` at ``factor``."""
-        import torch
+        import torch  # start-up: torch only where it runs
 
         ids = torch.tensor(probe_ids(self.tokenizer, n))
         with self.session(method, factor, n) as s:
@@ -355,32 +318,9 @@ class LlamaCppEngine(Engine):
             gc.collect()
 
 
-_LOGGED: list = []  # [callback, lines]: llama.cpp's log callback (kept alive while the library may call it) and its last warnings
-
-
-def _quiet(lib) -> deque:
-    """Route llama.cpp's log through a callback that prints nothing and keeps the last warning and
-    error lines (for the message when a context cannot start). llama-cpp-python's own callback
-    maps the log levels of an older ggml (WARN was 2; ggml's enum now reads DEBUG 1, INFO 2, WARN 3,
-    ERROR 4), so with ``verbose=False`` it still printed llama.cpp's warnings into ctxbench's output."""
-    if not _LOGGED:
-        lines: deque = deque(maxlen=8)
-
-        @lib.llama_log_callback
-        def keep(level, text, user_data):
-            if level in (3, 4):
-                lines.append(text.decode("utf-8", "replace").strip())
-
-        lib.llama_log_set(keep, ctypes.c_void_p(0))
-        _LOGGED.extend([keep, lines])
-    return _LOGGED[1]
-
-
 def probe_ids(tokenizer, n: int) -> list[int]:
     """The engine check's probe document: the first ``n`` tokens of ctxbench's built-in prose (Python's
     language reference, :func:`ctxbench.synthetic.haystack.load_haystack`), repeated if it is shorter."""
-    from ctxbench.synthetic.haystack import load_haystack
-
     text = load_haystack(None).text
     ids: list[int] = []
     while len(ids) < n:
@@ -411,100 +351,6 @@ def parting(got, want, tolerance: Tolerance, window: int = WINDOW):
     return None
 
 
-class Context:
-    """One llama.cpp context (a ``llama_cpp.Llama`` with its method's settings) and the tokens its KV
-    cache holds at positions ``0 .. len(cached) - 1`` (sequence 0)."""
-
-    def __init__(self, llm, n_batch: int) -> None:
-        import llama_cpp
-
-        self.llm, self.n_batch, self.cached = llm, n_batch, []
-        self.lib = llama_cpp
-        self.n_vocab = int(llm.n_vocab())
-        self.batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
-
-    @classmethod
-    def start(cls, gguf: str, kwargs: dict, threads: int, batch: int = CHUNK) -> Context:
-        import llama_cpp
-
-        said = _quiet(llama_cpp)
-        said.clear()
-        f32 = int(llama_cpp.GGML_TYPE_F32)
-        try:
-            llm = llama_cpp.Llama(model_path=gguf, n_batch=batch, n_ubatch=batch, n_threads=threads, n_threads_batch=threads,
-                                  n_gpu_layers=0, type_k=f32, type_v=f32, flash_attn=False, logits_all=False, verbose=False,
-                                  **kwargs)  # fmt: skip
-        except ValueError as exc:  # llama-cpp-python's "Failed to create llama_context": llama.cpp logged why
-            why = next((line for line in reversed(said) if line), str(exc))
-            raise UserError(f"llama.cpp could not start a context of {kwargs.get('n_ctx')} tokens on {gguf}: {why}",
-                            "run shorter lengths or free memory (the KV cache is float32), or use --backend hf") from None  # fmt: skip
-        return cls(llm, batch)
-
-    def close(self) -> None:
-        if self.batch is not None:
-            self.lib.llama_batch_free(self.batch)
-            self.batch = None
-        with contextlib.suppress(Exception):
-            self.llm.close()
-
-    def keep(self, n: int) -> None:
-        """Forget every cached position from ``n`` on."""
-        if n < len(self.cached):
-            self.lib.llama_memory_seq_rm(self.lib.llama_get_memory(self.llm.ctx), 0, n, -1)
-            self.cached = self.cached[:n]
-
-    def feed(self, tokens, outputs_from: int = 0, rows: Callable | None = None) -> None:
-        """Decode ``tokens`` after what is cached, :attr:`n_batch` at a time. Each token at index
-        ``>= outputs_from`` (of ``tokens``) has its logits computed; after each chunk,
-        ``rows(first, logits)`` gets them (``first``: the index of the chunk's first such token;
-        ``logits``: a (rows, vocab) float32 view, valid until the next decode)."""
-        import numpy as np
-
-        lib, b = self.lib, self.batch
-        for a in range(0, len(tokens), self.n_batch):
-            part = tokens[a : a + self.n_batch]
-            start = len(self.cached)
-            outs = 0
-            for j, t in enumerate(part):
-                b.token[j], b.pos[j], b.n_seq_id[j] = int(t), start + j, 1
-                b.seq_id[j][0] = 0
-                b.logits[j] = a + j >= outputs_from
-                outs += a + j >= outputs_from
-            b.n_tokens = len(part)
-            code = lib.llama_decode(self.llm.ctx, b)
-            if code != 0:
-                raise UserError(f"llama.cpp could not decode {len(part)} tokens at position {start} (llama_decode returned {code})",
-                                "run shorter lengths, or free memory")  # fmt: skip
-            self.cached += [int(t) for t in part]
-            if outs and rows is not None:
-                ptr = lib.llama_get_logits(self.llm.ctx)
-                rows(max(a, outputs_from), np.ctypeslib.as_array(ptr, shape=(outs, self.n_vocab)))
-
-    def nll(self, tokens, first: int) -> list:
-        """Per-token NLL (float64 torch tensors, one per chunk) of ``tokens[first:]``, each given every
-        token before it: ``tokens[:-1]`` fed, logits of the positions ``first - 1`` on."""
-        import torch
-
-        parts = []
-
-        def take(at: int, logits) -> None:
-            target = torch.tensor([int(t) for t in tokens[at + 1 : at + 1 + len(logits)]])
-            rows = torch.from_numpy(logits)
-            for r in range(0, len(rows), ROWS):
-                block = rows[r : r + ROWS].double()  # (<= ROWS, vocab)
-                picked = block.gather(1, target[r : r + ROWS, None])[:, 0]
-                parts.append(torch.logsumexp(block, dim=-1) - picked)
-
-        self.feed(tokens[:-1], first - 1, take)
-        return parts
-
-    def last_logits(self, tokens):
-        """Decode ``tokens`` after the cache and return the last one's logits (a float32 numpy copy)."""
-        out = []
-        self.feed(tokens, len(tokens) - 1, lambda at, logits: out.append(logits[-1].copy()))
-        return out[0]
-
-
 @dataclass(frozen=True)
 class LlamaCppSession:
     """One method setting at one factor on llama.cpp (:class:`ctxbench.backends.base.Session`)."""
@@ -518,7 +364,7 @@ class LlamaCppSession:
         return self.lm.engine(self.method, self.factor, max(need, self.seq_len))
 
     def _scored(self, ids: list[int], first: int):
-        import torch
+        import torch  # start-up: torch only where it runs
 
         ctx = self._context(len(ids))
         ctx.keep(0)
@@ -529,7 +375,7 @@ class LlamaCppSession:
         return self._scored([int(t) for t in ids], 1)
 
     def sliding_nll(self, ids, window: int, stride: int, chunk: int = 1024):
-        import torch
+        import torch  # start-up: torch only where it runs
 
         ids = [int(t) for t in ids]
         parts, scored_to, begin = [], 1, 0  # model.scoring.sliding_nll's windows: each scores what the last did not
@@ -541,7 +387,7 @@ class LlamaCppSession:
 
     def _prompt(self, ctx: Context, prompt: list[int], share: bool):
         """The prompt's last logits, the cache holding the prompt (what it shares with the cache kept)."""
-        from ctxbench.model.decoding import common_prefix
+        from ctxbench.model.decoding import common_prefix  # start-up: loads numpy, torch
 
         keep = min(common_prefix(ctx.cached, prompt), len(prompt) - 1) if share else 0
         ctx.keep(keep)
@@ -550,7 +396,7 @@ class LlamaCppSession:
     def _continuation(self, ctx: Context, prompt: list[int], last, continuation: list[int]):
         """(k,) float32 NLL of ``continuation`` after ``prompt`` (cached, ``last`` its last logits);
         the cache is cut back to the prompt afterwards."""
-        import torch
+        import torch  # start-up: torch only where it runs
 
         first = torch.from_numpy(last).double()
         head = torch.logsumexp(first, dim=-1) - first[continuation[0]]
@@ -559,9 +405,9 @@ class LlamaCppSession:
         return torch.cat(parts).float()
 
     def answers(self, prompts, max_new_tokens: int, finished=None, share: bool = True, continuations=None, think=None):
-        import numpy as np
+        import numpy as np  # start-up: numpy only where it runs
 
-        from ctxbench.model.decoding import Answer
+        from ctxbench.model.decoding import Answer  # start-up: loads numpy, torch
 
         prompts = [[int(t) for t in p] for p in prompts]
         steps = max_new_tokens if think is None else think.steps(max_new_tokens)
@@ -588,7 +434,7 @@ class LlamaCppSession:
             yield Answer(i, tuple(new), time.perf_counter() - t0, nll, forced=bool(steer and steer.forced))
 
     def scores(self, prompts, continuations, share: bool = True):
-        from ctxbench.model.decoding import Scored
+        from ctxbench.model.decoding import Scored  # start-up: loads numpy, torch
 
         prompts = [[int(t) for t in p] for p in prompts]
         ctx = self._context(max(len(p) + len(c) for p, c in zip(prompts, continuations, strict=True)))

@@ -46,7 +46,7 @@ def native_freqs(geom: RopeGeometry, factor: float, seq_len: int, *, xp: Namespa
     rope_type = rope["rope_type"]
     if rope_type == "default":
         return none_freqs(geom, factor, seq_len, xp=xp)
-    from transformers.modeling_rope_utils import (
+    from transformers.modeling_rope_utils import (  # start-up: transformers only where it runs
         ROPE_INIT_FUNCTIONS,  # start-up: transformers only where it runs
     )
 

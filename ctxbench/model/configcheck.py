@@ -151,7 +151,7 @@ def _known_to_transformers(rope_type: str) -> bool:
     """Whether the installed transformers computes ``rope_type`` (a release newer than :data:`REQUIRED`
     knows). Imports transformers' rope module (and torch), so it is asked only for a type outside the table."""
     try:
-        from transformers.modeling_rope_utils import (
+        from transformers.modeling_rope_utils import (  # start-up: transformers only where it runs
             ROPE_INIT_FUNCTIONS,  # start-up: transformers only where it runs
         )
     except ImportError:  # pragma: no cover - transformers is a dependency

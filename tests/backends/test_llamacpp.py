@@ -160,7 +160,7 @@ def engines(tmp_path_factory):
     """A tiny random Llama (weights large enough that positions move the logits), saved, converted
     to an F32 GGUF by llama.cpp's converter, and loaded on both backends."""
     from ctxbench.backends import hf
-    from ctxbench.backends.llamacpp_files import converter_dir
+    from ctxbench.backends.llamacpp_lib import converter_dir
 
     if not HAS_LLAMACPP:
         pytest.skip("llama-cpp-python is not installed (CTXBENCH_LLAMACPP=1 bash scripts/setup.sh)")
