@@ -28,9 +28,10 @@ from pathlib import Path
 
 from ctxbench.errors import UserError, unknown
 from ctxbench.methods import exportable, resolve
-from ctxbench.methods.export import engine_name, export
+from ctxbench.methods.export import engine_name, export, export_settings
 from ctxbench.methods.frequencies import numpy_namespace
 from ctxbench.methods.grid import parse_spec
+from ctxbench.methods.params import format_value
 from ctxbench.methods.setting import check_applicable, check_derived, frequencies
 from ctxbench.model.files import load_geometry
 from ctxbench.model.size import model_size
@@ -42,7 +43,7 @@ from ctxbench.tasks.corpus import Tokenized, is_local_dataset, load_corpus
 from ctxbench.textsafe import csv_escape
 from ctxbench.tune.objective import DEFAULT_OBJECTIVE, ModelObjective, Value, objective_kind, parse_objective
 from ctxbench.tune.search import Budget, Search, Trial, has_optuna
-from ctxbench.tune.space import Space, space_for, split_instances
+from ctxbench.tune.space import FACTOR, Space, space_for, split_instances
 from ctxbench.tune.store import OutLock, TrialsFile, check_out
 from ctxbench.tune.verdict import Verdict, decide
 from ctxbench.version import __version__
@@ -103,6 +104,23 @@ def parse_budget(trials, minutes) -> tuple[int | None, float | None]:
     return (int(trials) if trials is not None else None), minutes
 
 
+def _check_exportable(space: Space, engine: str, settings: TuneSettings, config) -> None:
+    """Refuse, before the search, a searched parameter ``--export ENGINE`` cannot express at an end of
+    its range (llama.cpp ignores yarn's attention factor): the winner could hold it, and the export
+    would fail after the whole search."""
+    searched = [d for d in space.dims if d.name != FACTOR and not d.part_of]
+    for d in searched:
+        for end in d.ends():
+            try:
+                export_settings(space.method, space.base_factor, engine, model=config.model, params={d.name: end},
+                                trust_remote_code=config.trust_remote_code)  # fmt: skip
+            except UserError as exc:
+                rest = [o.name for o in space.dims if not o.part_of and o.name != d.name]
+                raise UserError(f"--export {settings.export}: tune searches {space.method}'s {d.name}, {format_value(end)} at one end, "
+                                f"and {exc.what}", (f"search only {','.join(rest)} (--params {','.join(rest)}), or " if rest else "")
+                                + "--export json") from None  # fmt: skip
+
+
 def check(settings: TuneSettings, config) -> Space:
     """Every check that needs no weights: the space (from the model's config: its trained length), the
     options, the output directory. Returns the space."""
@@ -142,6 +160,8 @@ def check(settings: TuneSettings, config) -> Space:
         raise UserError(f"{space.method}'s published defaults cannot run on {config.model}: {exc.what}",
                         "tune it on a model whose config carries them (LongRoPE: a Phi-3 model), or tune another method") from None
     check_derived(defaults, geom, space.defaults().factor, [settings.target])
+    if engine not in (None, "json"):
+        _check_exportable(space, engine, settings, config)
     check_out(settings.out, {"method": space.method, "objective": settings.objective, "target": space.target,
                              "trained_len": space.trained, "seed": settings.seed}, settings.resume)  # fmt: skip
     config.check()  # the model's files and the backend, still without loading

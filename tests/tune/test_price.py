@@ -77,3 +77,19 @@ def test_a_method_of_the_models_own_attention_takes_no_factor():
     _seed("far", 2.0)
     p = _price("yarn", "both")
     assert p.seconds == pytest.approx(_search("both", 4, 6, 1.0), rel=1e-12) and "attention" not in p.basis
+
+
+def test_an_export_that_cannot_express_a_searched_parameter_is_refused_before_the_search(tmp_path):
+    """llama.cpp ignores yarn's attention factor: a winner holding one could not be exported, so the
+    search is refused before it starts, naming the parameter and the --params that leave it out."""
+    from ctxbench.errors import UserError
+    from ctxbench.runner.grid import ModelConfig
+    from ctxbench.tune.run import check
+
+    settings = TuneSettings(method="yarn", target=16384, trials=4, out=str(tmp_path / "t"), export="llamacpp")
+    with pytest.raises(UserError) as info:
+        check(settings, ModelConfig())
+    assert "attention_factor" in info.value.what and "--yarn-attn-factor" in info.value.what
+    assert "--params beta_fast,beta_slow" in info.value.fix or "--params factor,beta_fast,beta_slow" in info.value.fix
+    only = TuneSettings(method="yarn", target=16384, trials=4, out=str(tmp_path / "u"), export="llamacpp", only=("beta_fast", "beta_slow"))
+    assert {d.name for d in check(only, ModelConfig()).dims} == {"beta_fast", "beta_slow"}
