@@ -23,6 +23,7 @@ from ctxbench.defaults import DEFAULT_MODEL
 from ctxbench.methods.patching import applied
 from ctxbench.runner.settings import build_settings
 from ctxbench.tasks import get, passkey
+from ctxbench.tasks.common import parse_depths
 
 
 def main() -> None:
@@ -35,7 +36,7 @@ def main() -> None:
     ap.add_argument("--depth", default=None, help="explicit comma list of depths, e.g. 0.5,0.75,1")
     ap.add_argument("--trials", type=int, default=4)
     args = ap.parse_args()
-    depths = passkey.parse_depths(args.depths if args.depths or args.depth else 3, args.depth)
+    depths = parse_depths(args.depths if args.depths or args.depth else 3, args.depth)
     settings = build_settings(get("passkey"), args.method, args.factor, args.length, {"depths": depths, "trials": args.trials})
     lm = load(args.model, device="cpu", dtype="float32")
     ctx = passkey.prepare(lm, settings)

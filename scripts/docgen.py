@@ -230,7 +230,7 @@ COLUMN_MEANINGS = {
 
 
 def results_columns() -> None:
-    """The results CSV's columns in file order (``ctxbench.results.COLUMNS``) with their meaning."""
+    """The results CSV's columns in file order (``ctxbench.results.store.COLUMNS``) with their meaning."""
     from ctxbench.results.store import COLUMNS
 
     missing = [c for c in COLUMNS if c not in COLUMN_MEANINGS]

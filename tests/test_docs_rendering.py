@@ -39,7 +39,7 @@ def test_the_api_page_renders_no_sphinx_role_literally():
 
 def test_load_model_shows_the_parameters_of_the_loader_it_calls():
     from ctxbench.api import load_model
-    from ctxbench.backends.hf import load_model as load
+    from ctxbench.model.load import load
 
     mine, theirs = inspect.signature(load_model).parameters, inspect.signature(load).parameters
     assert [(p.name, p.default) for p in mine.values()] == [(p.name, p.default) for p in theirs.values()]

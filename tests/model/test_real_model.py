@@ -11,6 +11,7 @@ from helpers import DATA, run_settings
 from ctxbench.methods import resolve
 from ctxbench.methods.patching import applied
 from ctxbench.tasks import ppl
+from ctxbench.tasks.common import parse_depths
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,7 @@ def test_default_model_perplexity_on_the_builtin_corpus_is_plausible(real_lm):
 def test_default_model_finds_the_passkey_at_2k_with_plain_rope(real_lm):
     from ctxbench.tasks import passkey
 
-    settings = passkey.Settings(methods=[resolve("none")], factors=[2.0], lengths=[2048], depths=passkey.parse_depths(3), trials=1)
+    settings = passkey.Settings(methods=[resolve("none")], factors=[2.0], lengths=[2048], depths=parse_depths(3), trials=1)
     records = run_settings(real_lm, "passkey", settings).records
     trials = [r for r in records if r["metric"] == "correct"]
     assert len(trials) == 3

@@ -397,7 +397,7 @@ def test_paired_module_imports_no_numpy_at_load():
     tree = ast.parse((ROOT / "ctxbench" / "report" / "paired.py").read_text())
     top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
     top |= {(n.module or "").split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) if n.level == 0}
-    assert top <= {"__future__", "json", "math", "collections", "dataclasses", "ctxbench"}, top  # ctxbench: its own light modules
+    assert top <= {"__future__", "json", "math", "collections", "dataclasses", "typing", "ctxbench"}, top  # ctxbench: its own light modules
     code = "import sys, ctxbench.report.paired; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
