@@ -192,7 +192,6 @@ class Price:
     per_trial: float
     fixed: float
     basis: str
-    engine_starts: int
 
 
 def price(space: Space, settings: TuneSettings, trials: int, docs: int, config) -> Price:
@@ -225,7 +224,7 @@ def price(space: Space, settings: TuneSettings, trials: int, docs: int, config) 
     # none at L/2 (the guard's reference), then the three contenders, the unscaled one on the plain path
     fixed = tune * secs(half) + 3 * held * per_instance * one_t - held * per_instance * (one_t - one_plain)
     return Price(trials * tune * per_instance + 3 * held * per_instance, tune, fixed + trials * per_trial, per_trial, fixed,
-                 basis, trials + 4)  # fmt: skip
+                 basis)  # fmt: skip
 
 
 def trials_for(settings: TuneSettings, space: Space, config) -> int:
