@@ -40,10 +40,8 @@ def check(methods: Sequence[MethodSetting], metrics: Sequence[str], config: Mode
 
 
 def load(config: ModelOptions) -> HfEngine:
-    from ctxbench.model.load import load as load_model  # looked up when called (tests replace it)
-
-    return HfEngine.of(load_model(config.model, device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code,
-                                  attn=config.attn, device_map=config.device_map, quantization=config.quantization))  # fmt: skip
+    return load_model(config.model, device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code,
+                      attn=config.attn, device_map=config.device_map, quantization=config.quantization)  # fmt: skip
 
 
 def load_model(spec: str = DEFAULT_MODEL, **options: Any) -> HfEngine:
